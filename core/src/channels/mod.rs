@@ -1,0 +1,287 @@
+//! Channels: messages to whoever listens now.
+//!
+//! A channel is a name; under it, branches named by a path of keys
+//! (`under(chat_id)`, nestable). Each branch keeps a bounded log of its
+//! newest messages (1,024 or 4 MiB) while it has subscribers, and nothing when
+//! it has none. A subscription is a cursor into one log: a reader behind the
+//! log's oldest message is told exactly how many it missed (CHAN-02). A
+//! recursive subscription reads a second log per branch that gathers the
+//! branch's messages and those of every branch below it.
+
+pub(crate) mod log;
+mod subscription;
+mod typed;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+
+pub use self::log::Msg;
+use self::log::{Budget, Log};
+pub use self::subscription::{Event, Missed, MissedReason, RawSubscription};
+pub use self::typed::{Branch, Channel, ChannelBuilder, Delivery, Message, Messages, Subscriber, Subscription};
+use crate::error::{Error, Result};
+use crate::key::Key;
+use crate::limits::{MAX_MESSAGE_BYTES, MAX_SUBSCRIPTIONS, STORE_CHANNEL_BYTES};
+
+/// How long a branch with no subscriber keeps its sequence numbers, so a
+/// subscriber that comes back (a reconnect) learns what it missed.
+const IDLE_BRANCH_GRACE: Duration = Duration::from_secs(120);
+
+/// Where a subscription reads: one branch, or a branch and all below it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Only the branch's own messages.
+    Branch,
+    /// The branch's messages and those of every branch below it.
+    Recursive,
+}
+
+struct Node {
+    /// Identifies this node among all nodes the store ever had for the
+    /// branch, so a resume after the node was forgotten is not mistaken.
+    id: u64,
+    path: Arc<[Key]>,
+    own: Arc<Log>,
+    tree: Mutex<Option<Arc<Log>>>,
+    idle_since: Mutex<Option<Instant>>,
+}
+
+#[derive(Default)]
+struct ChannelState {
+    branches: HashMap<Arc<[Key]>, Arc<Node>>,
+    recursive: usize,
+}
+
+/// The channels of one store.
+pub(crate) struct Channels {
+    channels: RwLock<HashMap<Arc<str>, ChannelState>>,
+    budget: Arc<Budget>,
+    subscriptions: AtomicUsize,
+    next_node: std::sync::atomic::AtomicU64,
+}
+
+/// A position to resume a subscription from (over a reconnect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Resume {
+    /// The log the subscription read.
+    pub log: u64,
+    /// The next position it would have read.
+    pub next: u64,
+}
+
+/// What `status` shows of one branch.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BranchStatus {
+    pub channel: String,
+    pub branch: Vec<Key>,
+    pub subscribers: usize,
+    pub recursive_subscribers: usize,
+    pub kept_messages: usize,
+    pub kept_bytes: usize,
+    pub published: u64,
+}
+
+impl Channels {
+    pub(crate) fn new() -> Channels {
+        Channels::with_budget(STORE_CHANNEL_BYTES)
+    }
+
+    pub(crate) fn with_budget(bytes: usize) -> Channels {
+        Channels {
+            channels: RwLock::new(HashMap::new()),
+            budget: Budget::new(bytes),
+            subscriptions: AtomicUsize::new(0),
+            next_node: std::sync::atomic::AtomicU64::new(1),
+        }
+    }
+
+    /// Bytes of messages all logs keep now (within 64 MiB).
+    pub(crate) fn kept_bytes(&self) -> usize {
+        self.budget.bytes()
+    }
+
+    pub(crate) fn subscription_count(&self) -> usize {
+        self.subscriptions.load(Ordering::Relaxed)
+    }
+
+    /// Publishes `data` (JSON bytes) to `branch` of `channel`. Never waits for
+    /// a subscriber. Errors with `limit` past 1 MiB; nothing is published then.
+    pub(crate) fn publish(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<u64> {
+        check_message(&data)?;
+        let (node, parents) = {
+            let chans = self.channels.read();
+            let Some(ch) = chans.get(channel) else { return Ok(0) };
+            let node = ch.branches.get(branch).cloned();
+            let parents: Vec<Arc<Log>> = if ch.recursive > 0 {
+                (0..branch.len()).filter_map(|n| ch.branches.get(&branch[..n])?.tree.lock().clone()).collect()
+            } else {
+                Vec::new()
+            };
+            (node, parents)
+        };
+        let node = match node {
+            Some(n) => n,
+            // Nobody listens to this branch itself; a parent's recursive
+            // subscription needs its sequence numbers all the same.
+            None if !parents.is_empty() => self.node(channel, branch),
+            None => return Ok(0),
+        };
+        let mut trees = parents;
+        if let Some(t) = node.tree.lock().clone() {
+            trees.push(t);
+        }
+        Ok(Log::publish(&node.own, &trees, node.path.clone(), data))
+    }
+
+    fn node(&self, channel: &str, branch: &[Key]) -> Arc<Node> {
+        if let Some(n) = self.channels.read().get(channel).and_then(|c| c.branches.get(branch)) {
+            return n.clone();
+        }
+        let mut chans = self.channels.write();
+        let ch = chans.entry(Arc::from(channel)).or_default();
+        ch.branches
+            .entry(Arc::from(branch))
+            .or_insert_with(|| {
+                Arc::new(Node {
+                    id: self.next_node.fetch_add(1, Ordering::Relaxed),
+                    path: Arc::from(branch),
+                    own: Log::new(self.budget.clone()),
+                    tree: Mutex::new(None),
+                    idle_since: Mutex::new(None),
+                })
+            })
+            .clone()
+    }
+
+    /// Subscribes to `branch` of `channel`. The subscription sees every
+    /// message published after this returns (CHAN-01). With `resume`, it goes
+    /// on from that position where the log still holds it.
+    pub(crate) fn subscribe(
+        self: &Arc<Self>,
+        channel: &str,
+        branch: &[Key],
+        scope: Scope,
+        resume: Option<Resume>,
+    ) -> Result<(RawSubscription, Option<Missed>)> {
+        let n = self.subscriptions.fetch_add(1, Ordering::AcqRel);
+        if n >= MAX_SUBSCRIPTIONS {
+            self.subscriptions.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::limit(format!(
+                "this store has {MAX_SUBSCRIPTIONS} subscriptions, its limit: stop subscriptions you no longer read, or subscribe recursively to a parent branch"
+            )));
+        }
+        let node = self.node(channel, branch);
+        *node.idle_since.lock() = None;
+        let log = match scope {
+            Scope::Branch => node.own.clone(),
+            Scope::Recursive => {
+                let mut tree = node.tree.lock();
+                match &*tree {
+                    Some(t) => t.clone(),
+                    None => {
+                        let t = Log::new(self.budget.clone());
+                        *tree = Some(t.clone());
+                        drop(tree);
+                        self.channels.write().get_mut(channel).expect("node's channel exists").recursive += 1;
+                        t
+                    }
+                }
+            }
+        };
+        let log_id = match scope {
+            Scope::Branch => node.id << 1,
+            Scope::Recursive => (node.id << 1) | 1,
+        };
+        let cursor = log.attach(resume.filter(|r| r.log == log_id).map(|r| r.next));
+        // A resume from a log this store no longer has: the branch was
+        // forgotten while nobody listened (or the store restarted), so how
+        // much was published meanwhile is unknown.
+        let told = match resume {
+            Some(r) if r.log != log_id => Some(Missed { count: None, reason: MissedReason::Reconnect }),
+            _ => None,
+        };
+        let sub = RawSubscription::new(self.clone(), channel.into(), node.clone(), log, log_id, scope, cursor, resume.is_some());
+        Ok((sub, told))
+    }
+
+    /// Called by a subscription when it ends.
+    fn unsubscribed(&self, channel: &str, node: &Arc<Node>, log: &Arc<Log>, scope: Scope) {
+        self.subscriptions.fetch_sub(1, Ordering::AcqRel);
+        let left = log.detach();
+        if left == 0 {
+            if scope == Scope::Recursive {
+                let mut tree = node.tree.lock();
+                if tree.as_ref().is_some_and(|t| Arc::ptr_eq(t, log)) {
+                    *tree = None;
+                    drop(tree);
+                    if let Some(ch) = self.channels.write().get_mut(channel) {
+                        ch.recursive -= 1;
+                    }
+                }
+            }
+            if node.own.readers() == 0 && node.tree.lock().is_none() {
+                *node.idle_since.lock() = Some(Instant::now());
+            }
+        }
+    }
+
+    /// Forgets branches nobody listened to for a while.
+    pub(crate) fn sweep(&self, now: Instant) {
+        let mut chans = self.channels.write();
+        for ch in chans.values_mut() {
+            ch.branches.retain(|_, n| {
+                let idle = *n.idle_since.lock();
+                !matches!(idle, Some(t) if now.duration_since(t) >= IDLE_BRANCH_GRACE)
+            });
+        }
+        chans.retain(|_, ch| !ch.branches.is_empty());
+    }
+
+    /// Ends every subscription: their reads end once drained.
+    pub(crate) fn close(&self) {
+        for ch in self.channels.read().values() {
+            for n in ch.branches.values() {
+                n.own.close();
+                if let Some(t) = &*n.tree.lock() {
+                    t.close();
+                }
+            }
+        }
+    }
+
+    pub(crate) fn status(&self) -> Vec<BranchStatus> {
+        let chans = self.channels.read();
+        let mut out = Vec::new();
+        for (name, ch) in chans.iter() {
+            for n in ch.branches.values() {
+                let (kept_messages, kept_bytes) = n.own.kept();
+                out.push(BranchStatus {
+                    channel: name.to_string(),
+                    branch: n.path.to_vec(),
+                    subscribers: n.own.readers(),
+                    recursive_subscribers: n.tree.lock().as_ref().map_or(0, |t| t.readers()),
+                    kept_messages,
+                    kept_bytes,
+                    published: n.own.next_position() - 1,
+                });
+            }
+        }
+        out.sort_by(|a, b| (&a.channel, &a.branch).cmp(&(&b.channel, &b.branch)));
+        out
+    }
+}
+
+/// Checks a message's size: 1 MiB at most.
+pub(crate) fn check_message(data: &[u8]) -> Result<()> {
+    if data.len() > MAX_MESSAGE_BYTES {
+        return Err(Error::limit(format!(
+            "a message is at most 1 MiB (1048576 bytes) of JSON; this one is {} bytes: publish an id and keep the data in the database",
+            data.len()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,402 @@
+//! The typed Rust API of channels: `store.channel::<T>(name).open()?`.
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{Event, Missed, RawSubscription, Scope};
+use crate::error::{Error, Result};
+use crate::key::Key;
+use crate::limits::check_name;
+use crate::runtime;
+use crate::store::Store;
+
+/// Builds a [`Channel`]: `store.channel::<ChatEvent>("chat-events").open()?`.
+#[must_use = "call .open() to get the channel"]
+pub struct ChannelBuilder<T> {
+    store: Store,
+    name: String,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> ChannelBuilder<T> {
+    pub(crate) fn new(store: Store, name: &str) -> ChannelBuilder<T> {
+        ChannelBuilder { store, name: name.to_owned(), _t: PhantomData }
+    }
+
+    /// Checks the name (`[a-z0-9][a-z0-9_-]{0,63}`) and gives the channel.
+    /// Errors: `invalid` for a name out of rule, `closed` for a closed store.
+    pub fn open(self) -> Result<Channel<T>> {
+        check_name("channel", &self.name)?;
+        self.store.check_open()?;
+        Ok(Channel { root: Branch { store: self.store, channel: Arc::from(self.name), path: Vec::new(), _t: PhantomData } })
+    }
+}
+
+/// A channel: a name that messages of type `T` are published on, as JSON.
+/// Every process connected to the store shares it. Cheap to clone.
+pub struct Channel<T> {
+    root: Branch<T>,
+}
+
+impl<T> Clone for Channel<T> {
+    fn clone(&self) -> Self {
+        Channel { root: self.root.clone() }
+    }
+}
+
+impl<T> Channel<T> {
+    /// The channel's name.
+    pub fn name(&self) -> &str {
+        &self.root.channel
+    }
+    /// The branch `key` of this channel: `events.under(chat_id)`. Keys are
+    /// integers or 1 to 1,024 bytes of text; `7` and `"7"` are one branch.
+    pub fn under(&self, key: impl Into<Key>) -> Branch<T> {
+        self.root.under(key)
+    }
+    /// The channel's root branch (publishing here reaches recursive
+    /// subscribers of the root only).
+    pub fn root(&self) -> &Branch<T> {
+        &self.root
+    }
+}
+
+/// A branch of a channel: the messages of one chat, say. Nest with `under`.
+pub struct Branch<T> {
+    store: Store,
+    channel: Arc<str>,
+    path: Vec<Key>,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Branch<T> {
+    fn clone(&self) -> Self {
+        Branch { store: self.store.clone(), channel: self.channel.clone(), path: self.path.clone(), _t: PhantomData }
+    }
+}
+
+/// A message as a subscriber gets it.
+#[derive(Debug, Clone)]
+pub struct Message<T> {
+    /// The value that was published.
+    pub value: T,
+    /// The branch it was published to, from the channel's root.
+    pub branch: Vec<Key>,
+    /// Its sequence in that branch: each message one more than the one before.
+    pub seq: u64,
+}
+
+/// What an iterator of messages yields.
+#[derive(Debug, Clone)]
+pub enum Delivery<T> {
+    /// The next message.
+    Message(Message<T>),
+    /// Messages missed just before the next one.
+    Missed(Missed),
+}
+
+impl<T> Branch<T> {
+    /// The branch `key` below this one.
+    pub fn under(&self, key: impl Into<Key>) -> Branch<T> {
+        let mut b = self.clone();
+        b.path.push(key.into());
+        b
+    }
+
+    /// The path of keys from the channel's root.
+    pub fn path(&self) -> &[Key] {
+        &self.path
+    }
+
+    /// The channel's name.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    fn check_path(&self) -> Result<()> {
+        self.path.iter().try_for_each(Key::check)
+    }
+}
+
+impl<T: Serialize> Branch<T> {
+    /// Publishes `value` to this branch and returns once the store has it
+    /// (CHAN-02: never waits for a subscriber). Errors: `limit` for a message
+    /// over 1 MiB of JSON (nothing is published), `invalid` for a key out of
+    /// rule, `closed` for a closed store.
+    pub fn publish(&self, value: &T) -> Result<()> {
+        self.check_path()?;
+        let data = serde_json::to_vec(value)?.into_boxed_slice();
+        runtime::block_on(self.store.publish_raw(&self.channel, &self.path, data))
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> Branch<T> {
+    /// Subscribes with `handler`, called for each message published after
+    /// this returns, in order, one at a time (CHAN-01). See [`Subscriber`].
+    pub fn subscribe(&self, handler: impl FnMut(Message<T>) + Send + 'static) -> Result<Subscription> {
+        self.subscriber().subscribe(handler)
+    }
+
+    /// Sets what to do when messages were missed; then call `subscribe`.
+    pub fn on_missed(&self, f: impl FnMut(Missed) + Send + 'static) -> Subscriber<T> {
+        self.subscriber().on_missed(f)
+    }
+
+    /// Sets what to do when a handler panics or a message does not decode as
+    /// `T`; then call `subscribe`. Without it, such errors are printed to stderr.
+    pub fn on_error(&self, f: impl FnMut(Error) + Send + 'static) -> Subscriber<T> {
+        self.subscriber().on_error(f)
+    }
+
+    /// Subscribes to this branch and every branch below it.
+    pub fn recursive(&self) -> Subscriber<T> {
+        self.subscriber().recursive()
+    }
+
+    fn subscriber(&self) -> Subscriber<T> {
+        Subscriber { branch: self.clone(), scope: Scope::Branch, on_missed: None, on_error: None }
+    }
+
+    /// Subscribes and gives a blocking iterator of what arrives; the
+    /// subscription ends when the iterator is dropped.
+    pub fn messages(&self) -> Result<Messages<T>> {
+        self.check_path()?;
+        let raw = runtime::block_on(self.store.subscribe_raw(&self.channel, &self.path, Scope::Branch, None))?;
+        Ok(Messages { raw, _t: PhantomData })
+    }
+}
+
+type MissedFn = Box<dyn FnMut(Missed) + Send>;
+type ErrorFn = Box<dyn FnMut(Error) + Send>;
+
+/// A subscription being set up: `branch.on_missed(..).on_error(..).subscribe(..)`.
+#[must_use = "call .subscribe(handler)"]
+pub struct Subscriber<T> {
+    branch: Branch<T>,
+    scope: Scope,
+    on_missed: Option<MissedFn>,
+    on_error: Option<ErrorFn>,
+}
+
+impl<T: DeserializeOwned + Send + 'static> Subscriber<T> {
+    /// Called with the count and reason before the next message, when
+    /// messages were missed (CHAN-02, CHAN-04).
+    pub fn on_missed(mut self, f: impl FnMut(Missed) + Send + 'static) -> Self {
+        self.on_missed = Some(Box::new(f));
+        self
+    }
+
+    /// Called when the handler panics or a message does not decode as `T`;
+    /// the subscription goes on.
+    pub fn on_error(mut self, f: impl FnMut(Error) + Send + 'static) -> Self {
+        self.on_error = Some(Box::new(f));
+        self
+    }
+
+    /// Also receive the messages of every branch below this one.
+    pub fn recursive(mut self) -> Self {
+        self.scope = Scope::Recursive;
+        self
+    }
+
+    /// Subscribes; returns once the store has the subscription, so every
+    /// message published after this returns reaches `handler`, in order, one
+    /// at a time, on a delivery task of the engine (CHAN-01). Errors: `limit`
+    /// past 10,000 subscriptions of the store, `invalid`, `closed`.
+    pub fn subscribe(self, handler: impl FnMut(Message<T>) + Send + 'static) -> Result<Subscription> {
+        self.branch.check_path()?;
+        let raw = runtime::block_on(self.branch.store.subscribe_raw(&self.branch.channel, &self.branch.path, self.scope, None))?;
+        let ctl = Arc::new(Control {
+            raw,
+            stopped: AtomicBool::new(false),
+            handlers: Mutex::new(Handlers {
+                handler: Box::new(handler),
+                on_missed: self.on_missed,
+                on_error: self.on_error,
+                _t: PhantomData,
+            }),
+        });
+        let task_ctl = ctl.clone();
+        runtime::spawn(async move { deliver(task_ctl).await });
+        Ok(Subscription { ctl: Some(ctl as Arc<dyn Stoppable>) })
+    }
+}
+
+struct Handlers<T> {
+    handler: Box<dyn FnMut(Message<T>) + Send>,
+    on_missed: Option<MissedFn>,
+    on_error: Option<ErrorFn>,
+    _t: PhantomData<fn() -> T>,
+}
+
+struct Control<T> {
+    raw: RawSubscription,
+    stopped: AtomicBool,
+    /// Held while a handler runs: `stop` takes it to wait for that handler.
+    handlers: Mutex<Handlers<T>>,
+}
+
+thread_local! {
+    /// The subscription whose handler this thread is running, if any.
+    static DELIVERING: Cell<usize> = const { Cell::new(0) };
+}
+
+async fn deliver<T: DeserializeOwned + Send + 'static>(ctl: Arc<Control<T>>) {
+    while let Some(first) = ctl.raw.next().await {
+        let c = ctl.clone();
+        // Handlers may block: run them off the engine's worker threads,
+        // draining what is ready so a busy branch pays one hand-off per batch.
+        let ran = tokio::task::spawn_blocking(move || {
+            let id = Arc::as_ptr(&c) as *const () as usize;
+            DELIVERING.with(|d| d.set(id));
+            let mut next = Some(first);
+            while let Some(ev) = next {
+                let mut h = c.handlers.lock();
+                if c.stopped.load(Ordering::Acquire) {
+                    break;
+                }
+                h.run(ev);
+                drop(h);
+                next = c.raw.try_next();
+            }
+            DELIVERING.with(|d| d.set(0));
+        })
+        .await;
+        if ran.is_err() || ctl.stopped.load(Ordering::Acquire) {
+            break;
+        }
+    }
+}
+
+impl<T: DeserializeOwned> Handlers<T> {
+    fn run(&mut self, ev: Event) {
+        match ev {
+            Event::Missed(m) => {
+                if let Some(f) = &mut self.on_missed
+                    && let Err(e) = guard(|| f(m))
+                {
+                    self.error(e);
+                }
+            }
+            Event::Message(msg) => match serde_json::from_slice::<T>(&msg.data) {
+                Ok(value) => {
+                    let m = Message { value, branch: msg.branch.to_vec(), seq: msg.seq };
+                    if let Err(e) = guard(|| (self.handler)(m)) {
+                        self.error(e);
+                    }
+                }
+                Err(e) => self.error(Error::invalid(format!(
+                    "message {} of branch {:?} does not decode as the channel's type: {e}",
+                    msg.seq, msg.branch
+                ))),
+            },
+        }
+    }
+
+    fn error(&mut self, e: Error) {
+        match &mut self.on_error {
+            Some(f) => {
+                let _ = catch_unwind(AssertUnwindSafe(|| f(e)));
+            }
+            None => eprintln!("tinystore: subscription handler error: {e}"),
+        }
+    }
+}
+
+/// Runs a handler, turning a panic into an error so the subscription goes on.
+fn guard(f: impl FnOnce()) -> Result<()> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|p| {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        Error::internal(format!("a subscription handler panicked: {what}"))
+    })
+}
+
+trait Stoppable: Send + Sync {
+    fn stop(&self);
+}
+
+impl<T: Send + 'static> Stoppable for Control<T> {
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        self.raw.stop();
+        let me = self as *const Control<T> as *const () as usize;
+        if DELIVERING.with(|d| d.get()) != me {
+            // Wait for a handler that is running now, so none runs after we return.
+            drop(self.handlers.lock());
+        }
+    }
+}
+
+/// A running subscription. [`stop`](Self::stop) ends it; so does dropping it
+/// (use [`detach`](Self::detach) to keep it for the life of the store).
+#[must_use = "dropping a Subscription stops it"]
+pub struct Subscription {
+    ctl: Option<Arc<dyn Stoppable>>,
+}
+
+impl Subscription {
+    /// Stops the subscription: after this returns, its handler is never
+    /// called again (CHAN-05). Safe from inside the handler, twice, or after
+    /// the store closed.
+    pub fn stop(&self) {
+        if let Some(c) = &self.ctl {
+            c.stop();
+        }
+    }
+
+    /// Lets the subscription run until the store closes.
+    pub fn detach(mut self) {
+        self.ctl = None;
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A blocking iterator over a subscription: `for d in events.under(7).messages()?`.
+/// Ends when the store closes.
+pub struct Messages<T> {
+    raw: RawSubscription,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: DeserializeOwned> Messages<T> {
+    /// The next delivery, waiting at most `timeout`; `Ok(None)` on timeout or end.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<Delivery<T>>> {
+        let ev = runtime::block_on(async { tokio::time::timeout(timeout, self.raw.next()).await.ok().flatten() });
+        ev.map(decode).transpose()
+    }
+}
+
+fn decode<T: DeserializeOwned>(ev: Event) -> Result<Delivery<T>> {
+    Ok(match ev {
+        Event::Missed(m) => Delivery::Missed(m),
+        Event::Message(msg) => Delivery::Message(Message {
+            value: serde_json::from_slice(&msg.data)?,
+            branch: msg.branch.to_vec(),
+            seq: msg.seq,
+        }),
+    })
+}
+
+impl<T: DeserializeOwned> Iterator for Messages<T> {
+    type Item = Result<Delivery<T>>;
+    fn next(&mut self) -> Option<Self::Item> {
+        runtime::block_on(self.raw.next()).map(decode)
+    }
+}

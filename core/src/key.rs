@@ -1,0 +1,94 @@
+//! Keys: what a lock is held on, and what a branch of a channel is named by.
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+use crate::limits::MAX_KEY_BYTES;
+
+/// A lock key or a branch key: 1 to 1,024 bytes of text.
+///
+/// Integers are keys too, written as their decimal digits: `7` and `"7"` name
+/// the same key, in every language alike (CHAN-06). `"07"` is another key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key(String);
+
+impl Key {
+    /// The key's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+    /// Checks the key is 1 to 1,024 bytes.
+    pub fn check(&self) -> Result<()> {
+        if self.0.is_empty() || self.0.len() > MAX_KEY_BYTES {
+            return Err(Error::invalid(format!(
+                "a key is 1 to 1024 bytes of text or an integer, like 42 or \"chat-42\"; got {} bytes",
+                self.0.len()
+            )));
+        }
+        Ok(())
+    }
+    /// A checked key from text.
+    pub fn parse(text: impl Into<String>) -> Result<Key> {
+        let k = Key(text.into());
+        k.check()?;
+        Ok(k)
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+macro_rules! key_from_int {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Key {
+            fn from(v: $t) -> Key { Key(v.to_string()) }
+        }
+        impl From<&$t> for Key {
+            fn from(v: &$t) -> Key { Key(v.to_string()) }
+        }
+    )*};
+}
+key_from_int!(i8, i16, i32, i64, i128, u8, u16, u32, u64, u128, isize, usize);
+
+impl From<&str> for Key {
+    fn from(v: &str) -> Key {
+        Key(v.to_owned())
+    }
+}
+impl From<String> for Key {
+    fn from(v: String) -> Key {
+        Key(v)
+    }
+}
+impl From<&String> for Key {
+    fn from(v: &String) -> Key {
+        Key(v.clone())
+    }
+}
+impl From<&Key> for Key {
+    fn from(v: &Key) -> Key {
+        v.clone()
+    }
+}
+
+impl serde::Serialize for Key {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Key {
+    /// Reads a string or an integer, so the wire and JSON may carry either.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Key, D::Error> {
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::String(s) => Ok(Key(s)),
+            serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => Ok(Key(n.to_string())),
+            other => Err(serde::de::Error::custom(format!(
+                "a key is a string or an integer; got {other}"
+            ))),
+        }
+    }
+}

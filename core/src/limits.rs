@@ -1,0 +1,136 @@
+//! The limits and defaults of the engine, and the checks of names and durations.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// The largest message a channel takes: 1 MiB of JSON.
+pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
+/// A branch's log keeps at most its newest 1,024 messages...
+pub const BRANCH_LOG_MESSAGES: usize = 1024;
+/// ...and at most 4 MiB of them.
+pub const BRANCH_LOG_BYTES: usize = 4 << 20;
+/// Every channel's messages together stay within 64 MiB of the store's memory.
+pub const STORE_CHANNEL_BYTES: usize = 64 << 20;
+/// A store takes at most 10,000 subscriptions.
+pub const MAX_SUBSCRIPTIONS: usize = 10_000;
+/// A connection's pending output stays within 8 MiB.
+pub const CONNECTION_PENDING_BYTES: usize = 8 << 20;
+/// A lock or branch key is 1 to 1,024 bytes.
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// The default ttl of a lease: 30 seconds.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// The default `wait` of `hold`: 10 seconds.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+/// The shortest ttl: 1 second.
+pub const MIN_TTL: Duration = Duration::from_secs(1);
+/// The longest ttl: 1 hour.
+pub const MAX_TTL: Duration = Duration::from_secs(3600);
+
+/// Checks a channel, lock, semaphore or database name: `[a-z0-9][a-z0-9_-]{0,63}`.
+pub fn check_name(what: &str, name: &str) -> Result<()> {
+    let b = name.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 64
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_' || *c == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "{what} name {name:?} is out of rule: use 1 to 64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit, like \"chat-events\""
+        )))
+    }
+}
+
+/// Checks a ttl: 1 s to 1 h.
+pub fn check_ttl(ttl: Duration) -> Result<Duration> {
+    if ttl < MIN_TTL || ttl > MAX_TTL {
+        return Err(Error::invalid(format!(
+            "ttl {} is out of range: give 1s to 1h, like \"30s\"",
+            format_duration(ttl)
+        )));
+    }
+    Ok(ttl)
+}
+
+/// Checks a `wait` or `maxHold`: positive.
+pub fn check_positive(what: &str, d: Duration) -> Result<Duration> {
+    if d.is_zero() {
+        return Err(Error::invalid(format!("{what} must be positive, like \"10s\"; got 0")));
+    }
+    Ok(d)
+}
+
+/// Parses a duration written as a number and a unit: `"250ms"`, `"30s"`,
+/// `"2m"`, `"1h"` (also `"1.5s"`). Errors with `invalid` otherwise.
+pub fn parse_duration(text: &str) -> Result<Duration> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let scale = match unit.trim() {
+        "ms" => 1e-3,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => f64::NAN,
+    };
+    match num.parse::<f64>() {
+        Ok(n) if scale.is_finite() && n.is_finite() && n >= 0.0 && n * scale < 1e12 => {
+            Ok(Duration::from_secs_f64(n * scale))
+        }
+        _ => Err(Error::invalid(format!(
+            "duration {text:?} is not understood: write a number and a unit of ms, s, m or h, like \"250ms\", \"30s\", \"2m\" or \"1h\""
+        ))),
+    }
+}
+
+/// Formats a duration the way [`parse_duration`] reads it.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 3_600_000 == 0 && ms > 0 {
+        format!("{}h", ms / 3_600_000)
+    } else if ms % 60_000 == 0 && ms > 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_checks_rule_and_shows_example() {
+        for good in ["chat-events", "a", "0", "summaries_2", &"a".repeat(64)] {
+            check_name("channel", good).unwrap();
+        }
+        for bad in ["", "Chat", "-a", "_a", "a b", "a.b", &"a".repeat(65), "é"] {
+            let e = check_name("channel", bad).unwrap_err();
+            assert_eq!(e.code(), "invalid");
+            assert!(e.message().contains("chat-events"), "{e}");
+        }
+    }
+
+    #[test]
+    fn names_durations_parse_and_refuse() {
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        for bad in ["", "30", "-1s", "1d", "s", "1e3s"] {
+            assert_eq!(parse_duration(bad).unwrap_err().code(), "invalid", "{bad}");
+        }
+        assert!(check_ttl(Duration::from_millis(999)).is_err());
+        assert!(check_ttl(Duration::from_secs(3601)).is_err());
+        check_ttl(Duration::from_secs(1)).unwrap();
+        assert!(check_positive("wait", Duration::ZERO).is_err());
+        assert_eq!(format_duration(Duration::from_secs(30)), "30s");
+        assert_eq!(format_duration(Duration::from_millis(250)), "250ms");
+    }
+}

@@ -1,0 +1,296 @@
+//! The typed Rust API of locks and semaphores.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::{Holder, Kind, RawLease, Terms};
+use crate::error::{Error, Result};
+use crate::fence::Fence;
+use crate::key::Key;
+use crate::limits::{DEFAULT_TTL, DEFAULT_WAIT, check_name, check_positive, check_ttl};
+use crate::runtime;
+use crate::store::{RawLock, Store};
+
+static NEXT_HOLDER: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static THREAD_HOLDER: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The holder a Rust thread is: a `hold` nested in a `hold` of the same key
+/// on one thread would wait on itself, so it fails at once (LOCK-08).
+fn thread_holder() -> Holder {
+    THREAD_HOLDER.with(|h| {
+        if h.get() == 0 {
+            h.set(NEXT_HOLDER.fetch_add(1, Ordering::Relaxed) | (1 << 63));
+        }
+        Holder(h.get())
+    })
+}
+
+/// Settings shared by locks and semaphores.
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    ttl: Duration,
+    max_hold: Option<Duration>,
+    wait: Duration,
+}
+
+impl Settings {
+    fn check(self) -> Result<Settings> {
+        check_ttl(self.ttl)?;
+        if let Some(m) = self.max_hold {
+            check_positive("maxHold", m)?;
+        }
+        check_positive("wait", self.wait)?;
+        Ok(self)
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { ttl: DEFAULT_TTL, max_hold: None, wait: DEFAULT_WAIT }
+    }
+}
+
+/// Builds a [`Lock`]: `store.lock("summaries").ttl(..).max_hold(..).wait(..).open()?`.
+#[must_use = "call .open() to get the lock"]
+pub struct LockBuilder {
+    store: Store,
+    name: String,
+    s: Settings,
+}
+
+impl LockBuilder {
+    pub(crate) fn new(store: Store, name: &str) -> LockBuilder {
+        LockBuilder { store, name: name.to_owned(), s: Settings::default() }
+    }
+    /// A lease over a connection lasts this long from its last renewal, and
+    /// is renewed every third of it (LOCK-05). 1 s to 1 h; default 30 s. In
+    /// the owning process a lease ends only with its function (LOCK-07).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.s.ttl = ttl;
+        self
+    }
+    /// No lease outlasts this, in-process or connected (LOCK-06). Positive;
+    /// default none.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.s.max_hold = Some(max_hold);
+        self
+    }
+    /// How long `hold` waits for the key. Positive; default 10 s.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.s.wait = wait;
+        self
+    }
+    /// Checks the name and durations and gives the lock. Errors: `invalid`
+    /// (name out of rule, ttl outside 1 s to 1 h, a zero wait or maxHold),
+    /// `conflict` (the name is a semaphore), `closed`.
+    pub fn open(self) -> Result<Lock> {
+        check_name("lock", &self.name)?;
+        let s = self.s.check()?;
+        let raw = self.store.lock_raw(&self.name, Kind::Lock)?;
+        Ok(Lock { raw, s })
+    }
+}
+
+/// A lock: one holder of a key at a time, each lease with a fence.
+#[derive(Clone)]
+pub struct Lock {
+    raw: RawLock,
+    s: Settings,
+}
+
+/// The lease a `hold` function gets.
+pub struct Lease {
+    raw: RawLease,
+}
+
+impl Lease {
+    /// The lease's fence: larger than every fence the store gave before,
+    /// across restarts too (LOCK-02).
+    pub fn fence(&self) -> Fence {
+        self.raw.fence().expect("a lock's lease has a fence")
+    }
+    /// The key held.
+    pub fn key(&self) -> &Key {
+        self.raw.key()
+    }
+    /// True once the lease was lost (`maxHold`, ttl, the store closed): stop
+    /// writing; the `hold` will end with a `lost` error.
+    pub fn is_lost(&self) -> bool {
+        self.raw.is_lost()
+    }
+    /// Time until the lease runs out, where it can.
+    pub fn time_left(&self) -> Option<Duration> {
+        self.raw.time_left()
+    }
+    /// The engine's lease underneath.
+    pub fn raw(&self) -> &RawLease {
+        &self.raw
+    }
+}
+
+impl Lock {
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.raw.name()
+    }
+
+    /// Waits for `key` (up to the lock's `wait`, 10 s by default), runs `f`
+    /// with the lease, and lets the key go when `f` returns, returns an error
+    /// or panics. Returns what `f` returns; `f`'s own error reaches the caller
+    /// unchanged (LOCK-04).
+    ///
+    /// Errors (as `E`): `timeout` when the key stayed held for the whole wait
+    /// (`f` does not run), `lost` when the lease was lost while `f` ran,
+    /// `conflict` when this thread already holds `key`, `invalid` for a key
+    /// out of rule, `closed`.
+    pub fn hold<T, E: From<Error>>(&self, key: impl Into<Key>, f: impl FnOnce(&Lease) -> Result<T, E>) -> Result<T, E> {
+        let key = key.into();
+        key.check()?;
+        let raw = runtime::block_on(self.raw.acquire(key, thread_holder(), self.terms(), self.s.wait))?;
+        run(Lease { raw }, |l| &l.raw, f)
+    }
+
+    /// Like [`hold`](Self::hold) with another `wait` for this call.
+    pub fn hold_wait<T, E: From<Error>>(
+        &self,
+        key: impl Into<Key>,
+        wait: Duration,
+        f: impl FnOnce(&Lease) -> Result<T, E>,
+    ) -> Result<T, E> {
+        check_positive("wait", wait)?;
+        Lock { raw: self.raw.clone(), s: Settings { wait, ..self.s } }.hold(key, f)
+    }
+
+    /// Runs `f` only if `key` is free now: `Ok(Some(value))` when it ran,
+    /// `Ok(None)` at once when the key is held (also by this thread). Never
+    /// waits. Errors as [`hold`](Self::hold), without `timeout`.
+    pub fn try_hold<T, E: From<Error>>(
+        &self,
+        key: impl Into<Key>,
+        f: impl FnOnce(&Lease) -> Result<T, E>,
+    ) -> Result<Option<T>, E> {
+        let key = key.into();
+        key.check()?;
+        match runtime::block_on(self.raw.try_acquire(key, thread_holder(), self.terms()))? {
+            None => Ok(None),
+            Some(raw) => run(Lease { raw }, |l| &l.raw, f).map(Some),
+        }
+    }
+
+    fn terms(&self) -> Terms {
+        Terms { ttl: Some(self.s.ttl), max_hold: self.s.max_hold }
+    }
+}
+
+/// Runs `f` under the lease, then lets it go; a lost lease is an error even
+/// if `f` succeeded, and `f`'s own error wins over it.
+fn run<L, T, E: From<Error>>(lease: L, raw: impl Fn(&L) -> &RawLease, f: impl FnOnce(&L) -> Result<T, E>) -> Result<T, E> {
+    let out = f(&lease);
+    let released = if raw(&lease).is_lost() { Err(raw(&lease).lost_error()) } else { Ok(()) };
+    drop(lease);
+    let v = out?;
+    released?;
+    Ok(v)
+}
+
+/// Builds a [`Semaphore`]: `store.semaphore("exports").limit(3).open()?`.
+#[must_use = "call .open() to get the semaphore"]
+pub struct SemaphoreBuilder {
+    store: Store,
+    name: String,
+    limit: u32,
+    s: Settings,
+}
+
+impl SemaphoreBuilder {
+    pub(crate) fn new(store: Store, name: &str) -> SemaphoreBuilder {
+        SemaphoreBuilder { store, name: name.to_owned(), limit: 1, s: Settings::default() }
+    }
+    /// How many permits of a key at once: 1 or more; default 1. It belongs to
+    /// the semaphore: opening the name again with another limit is a
+    /// `conflict` error (LOCK-08, P3).
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+    /// As [`LockBuilder::ttl`].
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.s.ttl = ttl;
+        self
+    }
+    /// As [`LockBuilder::max_hold`].
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.s.max_hold = Some(max_hold);
+        self
+    }
+    /// As [`LockBuilder::wait`].
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.s.wait = wait;
+        self
+    }
+    /// Checks and gives the semaphore. Errors: `invalid` (as for locks, or a
+    /// limit of 0), `conflict` (another limit, or the name is a lock), `closed`.
+    pub fn open(self) -> Result<Semaphore> {
+        check_name("semaphore", &self.name)?;
+        if self.limit == 0 {
+            return Err(Error::invalid("a semaphore's limit is 1 or more, like 3"));
+        }
+        let s = self.s.check()?;
+        let raw = self.store.lock_raw(&self.name, Kind::Semaphore { limit: self.limit })?;
+        Ok(Semaphore { raw, s })
+    }
+}
+
+/// A semaphore: up to `limit` holders of a key at once; permits carry no
+/// fence (three valid holders would refuse each other).
+#[derive(Clone)]
+pub struct Semaphore {
+    raw: RawLock,
+    s: Settings,
+}
+
+/// The permit a semaphore's `hold` function gets.
+pub struct Permit {
+    raw: RawLease,
+}
+
+impl Permit {
+    /// The key held.
+    pub fn key(&self) -> &Key {
+        self.raw.key()
+    }
+    /// True once the permit was lost (`maxHold`, ttl, the store closed).
+    pub fn is_lost(&self) -> bool {
+        self.raw.is_lost()
+    }
+}
+
+impl Semaphore {
+    /// As [`Lock::hold`], with a permit.
+    pub fn hold<T, E: From<Error>>(&self, key: impl Into<Key>, f: impl FnOnce(&Permit) -> Result<T, E>) -> Result<T, E> {
+        let key = key.into();
+        key.check()?;
+        let terms = Terms { ttl: Some(self.s.ttl), max_hold: self.s.max_hold };
+        let raw = runtime::block_on(self.raw.acquire(key, thread_holder(), terms, self.s.wait))?;
+        run(Permit { raw }, |p| &p.raw, f)
+    }
+
+    /// As [`Lock::try_hold`], with a permit.
+    pub fn try_hold<T, E: From<Error>>(
+        &self,
+        key: impl Into<Key>,
+        f: impl FnOnce(&Permit) -> Result<T, E>,
+    ) -> Result<Option<T>, E> {
+        let key = key.into();
+        key.check()?;
+        let terms = Terms { ttl: Some(self.s.ttl), max_hold: self.s.max_hold };
+        match runtime::block_on(self.raw.try_acquire(key, thread_holder(), terms))? {
+            None => Ok(None),
+            Some(raw) => run(Permit { raw }, |p| &p.raw, f).map(Some),
+        }
+    }
+}

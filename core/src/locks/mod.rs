@@ -1,0 +1,371 @@
+//! Locks and semaphores: one holder of a key at a time (or `limit` permits).
+//!
+//! Per (lock, key) the engine keeps the current holders and a FIFO queue of
+//! waiters. Giving a lease is a change in memory; its fence comes from a
+//! counter under the store's epoch. Expiry (ttl of a connected lease,
+//! `maxHold`, a waiter's `wait`) is driven by timers on the engine's runtime,
+//! not by someone happening to call in.
+
+mod lease;
+mod lock;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+use tokio::sync::oneshot;
+
+pub use self::lease::RawLease;
+pub(crate) use self::lease::{LeaseShared, LostReason};
+pub use self::lock::{Lease, Lock, LockBuilder, Permit, Semaphore, SemaphoreBuilder};
+use crate::error::{Error, ErrorKind, Result};
+use crate::fence::Fence;
+use crate::key::Key;
+use crate::limits::format_duration;
+use crate::runtime;
+
+/// Who holds or waits: the engine refuses a `hold` of a key its holder
+/// already holds (LOCK-08). `Holder(0)` is nobody in particular.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+pub struct Holder(pub u64);
+
+/// How long a lease may last.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Terms {
+    /// Renew within this or lose the lease (leases over a connection). `None`
+    /// in the owning process, where a lease ends only with its function.
+    pub ttl: Option<Duration>,
+    /// No lease outlasts this, renewed or not (LOCK-06).
+    pub max_hold: Option<Duration>,
+}
+
+/// A lock (one holder) or a semaphore (`limit` permits, no fences).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// One holder at a time; every lease has a fence.
+    Lock,
+    /// Up to `limit` holders at a time; permits have no fence.
+    Semaphore {
+        /// How many permits at once.
+        limit: u32,
+    },
+}
+
+impl Kind {
+    fn limit(self) -> usize {
+        match self {
+            Kind::Lock => 1,
+            Kind::Semaphore { limit } => limit as usize,
+        }
+    }
+    fn describe(self) -> String {
+        match self {
+            Kind::Lock => "a lock".into(),
+            Kind::Semaphore { limit } => format!("a semaphore of limit {limit}"),
+        }
+    }
+}
+
+/// Gives fences: the epoch in the high 64 bits, a count in the low.
+pub(crate) struct Fences {
+    epoch: u64,
+    count: AtomicU64,
+}
+
+impl Fences {
+    pub(crate) fn new(epoch: u64) -> Fences {
+        Fences { epoch, count: AtomicU64::new(0) }
+    }
+    fn next(&self) -> Fence {
+        Fence::new(self.epoch, self.count.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+}
+
+/// The locks and semaphores of one store.
+pub(crate) struct Locks {
+    tables: Mutex<HashMap<String, Arc<Table>>>,
+    fences: Arc<Fences>,
+    ids: Arc<AtomicU64>,
+}
+
+struct Waiter {
+    id: u64,
+    holder: Holder,
+    terms: Terms,
+    tx: oneshot::Sender<Result<RawLease>>,
+    timer: Option<tokio::task::AbortHandle>,
+}
+
+#[derive(Default)]
+struct KeyState {
+    holders: SmallVec<[Arc<LeaseShared>; 1]>,
+    waiters: VecDeque<Waiter>,
+}
+
+/// One lock or semaphore name: its keys.
+pub(crate) struct Table {
+    name: Arc<str>,
+    kind: Kind,
+    keys: Mutex<HashMap<Key, KeyState>>,
+    fences: Arc<Fences>,
+    ids: Arc<AtomicU64>,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+/// What `status` shows of one key.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KeyStatus {
+    pub lock: String,
+    pub key: Key,
+    pub holders: Vec<HolderStatus>,
+    pub waiters: usize,
+}
+
+/// What `status` shows of one lease.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HolderStatus {
+    pub lease: u64,
+    pub fence: Option<Fence>,
+    pub holder: Holder,
+    pub held_ms: u64,
+    /// Milliseconds until the lease runs out, where it can (ttl or maxHold).
+    pub left_ms: Option<u64>,
+}
+
+impl Locks {
+    pub(crate) fn new(epoch: u64) -> Locks {
+        Locks { tables: Mutex::new(HashMap::new()), fences: Arc::new(Fences::new(epoch)), ids: Arc::new(AtomicU64::new(1)) }
+    }
+
+    /// The table for `name`, made on first use. Errors with `conflict` when
+    /// the name is already a lock of another kind or a semaphore of another limit.
+    pub(crate) fn table(&self, name: &str, kind: Kind) -> Result<Arc<Table>> {
+        let mut tables = self.tables.lock();
+        if let Some(t) = tables.get(name) {
+            if t.kind != kind {
+                return Err(Error::conflict(format!(
+                    "{name:?} is already {} in this store; open it as such, or pick another name",
+                    t.kind.describe()
+                )));
+            }
+            return Ok(t.clone());
+        }
+        let t = Arc::new(Table {
+            name: Arc::from(name),
+            kind,
+            keys: Mutex::new(HashMap::new()),
+            fences: self.fences.clone(),
+            ids: self.ids.clone(),
+            closed: Default::default(),
+        });
+        tables.insert(name.to_owned(), t.clone());
+        Ok(t)
+    }
+
+    /// Every lease is lost and every waiter told the store closed.
+    pub(crate) fn close(&self) {
+        let tables: Vec<_> = self.tables.lock().values().cloned().collect();
+        for t in tables {
+            t.close();
+        }
+    }
+
+    pub(crate) fn status(&self) -> Vec<KeyStatus> {
+        let tables: Vec<_> = self.tables.lock().values().cloned().collect();
+        let now = Instant::now();
+        let mut out = Vec::new();
+        for t in tables {
+            for (key, ks) in t.keys.lock().iter() {
+                out.push(KeyStatus {
+                    lock: t.name.to_string(),
+                    key: key.clone(),
+                    holders: ks.holders.iter().map(|l| l.status(now)).collect(),
+                    waiters: ks.waiters.len(),
+                });
+            }
+        }
+        out.sort_by(|a, b| (&a.lock, &a.key).cmp(&(&b.lock, &b.key)));
+        out
+    }
+}
+
+impl Table {
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Takes `key` now if it is free (and nobody waits), else gives `None`.
+    /// A key this `holder` already holds is simply not acquired.
+    pub(crate) fn try_acquire(self: &Arc<Self>, key: Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
+        self.check_open()?;
+        let mut keys = self.keys.lock();
+        let ks = keys.entry(key.clone()).or_default();
+        let mine = holder != Holder(0) && ks.holders.iter().any(|l| l.holder == holder);
+        if !mine && ks.holders.len() < self.kind.limit() && ks.waiters.is_empty() {
+            return Ok(Some(self.grant(&key, ks, holder, terms)));
+        }
+        if ks.holders.is_empty() && ks.waiters.is_empty() {
+            keys.remove(&key);
+        }
+        Ok(None)
+    }
+
+    /// Takes `key`, waiting up to `wait` in line behind earlier waiters
+    /// (LOCK-03). Errors: `timeout` when `wait` ran out, `conflict` when
+    /// `holder` already holds or waits for the key, `closed`.
+    pub(crate) async fn acquire(self: &Arc<Self>, key: Key, holder: Holder, terms: Terms, wait: Duration) -> Result<RawLease> {
+        let (rx, id) = {
+            self.check_open()?;
+            let mut keys = self.keys.lock();
+            let ks = keys.entry(key.clone()).or_default();
+            if holder != Holder(0)
+                && (ks.holders.iter().any(|l| l.holder == holder) || ks.waiters.iter().any(|w| w.holder == holder))
+            {
+                return Err(Error::conflict(format!(
+                    "this holder already holds key {key} of {:?}: a hold inside a hold of the same key would wait on itself; use the lease you have",
+                    &*self.name
+                )));
+            }
+            if ks.holders.len() < self.kind.limit() && ks.waiters.is_empty() {
+                return Ok(self.grant(&key, ks, holder, terms));
+            }
+            let id = self.ids.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = oneshot::channel();
+            let me = self.clone();
+            let k = key.clone();
+            let timer = runtime::spawn(async move {
+                tokio::time::sleep(wait).await;
+                me.waiter_timed_out(&k, id, wait);
+            })
+            .abort_handle();
+            ks.waiters.push_back(Waiter { id, holder, terms, tx, timer: Some(timer) });
+            (rx, id)
+        };
+        // Leaves the queue if this future is dropped while waiting.
+        let guard = LeaveQueue { table: self, key: &key, id, armed: true };
+        let r = rx.await;
+        let mut guard = guard;
+        guard.armed = false;
+        r.unwrap_or_else(|_| Err(Error::closed()))
+    }
+
+    fn waiter_timed_out(self: &Arc<Self>, key: &Key, id: u64, wait: Duration) {
+        let w = {
+            let mut keys = self.keys.lock();
+            let Some(ks) = keys.get_mut(key) else { return };
+            let Some(i) = ks.waiters.iter().position(|w| w.id == id) else { return };
+            let w = ks.waiters.remove(i).expect("waiter index is valid");
+            if ks.holders.is_empty() && ks.waiters.is_empty() {
+                keys.remove(key);
+            }
+            w
+        };
+        let _ = w.tx.send(Err(Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "key {key} of {:?} stayed held for the whole wait of {}: nothing ran; retry later, or give hold a longer wait",
+                &*self.name,
+                format_duration(wait)
+            ),
+        )));
+    }
+
+    fn leave_queue(self: &Arc<Self>, key: &Key, id: u64) {
+        let mut keys = self.keys.lock();
+        let Some(ks) = keys.get_mut(key) else { return };
+        if let Some(i) = ks.waiters.iter().position(|w| w.id == id) {
+            let w = ks.waiters.remove(i).expect("waiter index is valid");
+            if let Some(t) = w.timer {
+                t.abort();
+            }
+        }
+        // The head of the line may have left: serve the next ones.
+        self.serve(key, ks);
+        if ks.holders.is_empty() && ks.waiters.is_empty() {
+            keys.remove(key);
+        }
+    }
+
+    fn grant(self: &Arc<Self>, key: &Key, ks: &mut KeyState, holder: Holder, terms: Terms) -> RawLease {
+        let fence = matches!(self.kind, Kind::Lock).then(|| self.fences.next());
+        let id = self.ids.fetch_add(1, Ordering::Relaxed);
+        let shared = LeaseShared::new(self.clone(), id, key.clone(), fence, holder, terms);
+        ks.holders.push(shared.clone());
+        if terms.ttl.is_some() || terms.max_hold.is_some() {
+            shared.start_timer();
+        }
+        RawLease::new(shared)
+    }
+
+    /// Gives the key to waiters in order while there is room.
+    fn serve(self: &Arc<Self>, key: &Key, ks: &mut KeyState) {
+        while ks.holders.len() < self.kind.limit() {
+            let Some(w) = ks.waiters.pop_front() else { break };
+            if let Some(t) = w.timer {
+                t.abort();
+            }
+            let lease = self.grant(key, ks, w.holder, w.terms);
+            if let Err(Ok(lease)) = w.tx.send(Ok(lease)) {
+                // The waiter went away between asking and now.
+                lease.shared().mark_released();
+                ks.holders.retain(|l| !Arc::ptr_eq(l, lease.shared()));
+            }
+        }
+    }
+
+    /// Removes `lease` from the key's holders and serves the waiters.
+    pub(crate) fn remove(self: &Arc<Self>, lease: &Arc<LeaseShared>) {
+        let mut keys = self.keys.lock();
+        let Some(ks) = keys.get_mut(&lease.key) else { return };
+        let before = ks.holders.len();
+        ks.holders.retain(|l| !Arc::ptr_eq(l, lease));
+        if ks.holders.len() != before {
+            self.serve(&lease.key, ks);
+        }
+        if ks.holders.is_empty() && ks.waiters.is_empty() {
+            keys.remove(&lease.key);
+        }
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) { Err(Error::closed()) } else { Ok(()) }
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let drained: Vec<KeyState> = self.keys.lock().drain().map(|(_, ks)| ks).collect();
+        for ks in drained {
+            for l in ks.holders {
+                l.mark_lost(LostReason::Closed);
+            }
+            for w in ks.waiters {
+                if let Some(t) = w.timer {
+                    t.abort();
+                }
+                let _ = w.tx.send(Err(Error::closed()));
+            }
+        }
+    }
+}
+
+struct LeaveQueue<'a> {
+    table: &'a Arc<Table>,
+    key: &'a Key,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for LeaveQueue<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.table.leave_queue(self.key, self.id);
+        }
+    }
+}

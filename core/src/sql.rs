@@ -1,0 +1,541 @@
+//! SQL databases in the store, and publishing inside a transaction.
+//!
+//! `store.database("chat").migrations("migrations").open()?` opens
+//! `<dir>/chat.db` (SQLite, WAL, foreign keys on, a busy timeout). A message
+//! published inside [`Database::tx`] is held until the commit and dropped by a
+//! rollback (CHAN-03).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, TransactionBehavior};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+
+pub use rusqlite::types::Value as SqlValue;
+
+use crate::channels::{Branch, Channel, check_message};
+use crate::error::{Error, ErrorKind, Result};
+use crate::key::Key;
+use crate::limits::{check_name, check_positive};
+use crate::store::Store;
+
+/// The default busy timeout: how long a writer waits for another one.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A statement and its parameters; made by [`sql!`](crate::sql!) or from a `&str`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Statement {
+    /// The SQL text, with `?` for each parameter.
+    pub sql: String,
+    /// The parameters, bound in order; never spliced into the text.
+    pub params: Vec<SqlValue>,
+}
+
+impl From<&str> for Statement {
+    fn from(sql: &str) -> Statement {
+        Statement { sql: sql.to_owned(), params: Vec::new() }
+    }
+}
+
+impl From<String> for Statement {
+    fn from(sql: String) -> Statement {
+        Statement { sql, params: Vec::new() }
+    }
+}
+
+/// Pairs a statement with its parameters: `sql!("... where id = ?", chat_id)`.
+/// Each parameter is anything [`IntoParam`]: integers, floats, text, bytes,
+/// `Option`s of those, and references to them.
+#[macro_export]
+macro_rules! sql {
+    ($sql:expr $(, $p:expr)* $(,)?) => {
+        $crate::sql::Statement {
+            sql: ::std::string::String::from($sql),
+            params: ::std::vec![$($crate::sql::IntoParam::into_param($p)),*],
+        }
+    };
+}
+
+/// A value that binds as a SQL parameter: null, integer (i64), real, text or blob.
+pub trait IntoParam {
+    /// The value as SQLite takes it.
+    fn into_param(self) -> SqlValue;
+}
+
+macro_rules! param_int {
+    ($($t:ty),*) => {$(
+        impl IntoParam for $t { fn into_param(self) -> SqlValue { SqlValue::Integer(self as i64) } }
+        impl IntoParam for &$t { fn into_param(self) -> SqlValue { SqlValue::Integer(*self as i64) } }
+    )*};
+}
+param_int!(i8, i16, i32, i64, u8, u16, u32, isize);
+
+impl IntoParam for bool {
+    fn into_param(self) -> SqlValue {
+        SqlValue::Integer(self as i64)
+    }
+}
+impl IntoParam for f64 {
+    fn into_param(self) -> SqlValue {
+        SqlValue::Real(self)
+    }
+}
+impl IntoParam for &f64 {
+    fn into_param(self) -> SqlValue {
+        SqlValue::Real(*self)
+    }
+}
+impl IntoParam for &str {
+    fn into_param(self) -> SqlValue {
+        SqlValue::Text(self.to_owned())
+    }
+}
+impl IntoParam for String {
+    fn into_param(self) -> SqlValue {
+        SqlValue::Text(self)
+    }
+}
+impl IntoParam for &String {
+    fn into_param(self) -> SqlValue {
+        SqlValue::Text(self.clone())
+    }
+}
+impl IntoParam for Vec<u8> {
+    fn into_param(self) -> SqlValue {
+        SqlValue::Blob(self)
+    }
+}
+impl IntoParam for &[u8] {
+    fn into_param(self) -> SqlValue {
+        SqlValue::Blob(self.to_vec())
+    }
+}
+impl IntoParam for SqlValue {
+    fn into_param(self) -> SqlValue {
+        self
+    }
+}
+impl IntoParam for crate::fence::Fence {
+    /// A fence binds as its 40-digit padded text, which compares like the number.
+    fn into_param(self) -> SqlValue {
+        SqlValue::Text(self.padded())
+    }
+}
+impl<T: IntoParam> IntoParam for Option<T> {
+    fn into_param(self) -> SqlValue {
+        self.map_or(SqlValue::Null, IntoParam::into_param)
+    }
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Done {
+    /// Rows changed by the statement.
+    pub changes: u64,
+    /// The rowid of the last row inserted on this connection.
+    pub last_insert_rowid: i64,
+}
+
+/// Rows as columns and values, for the bindings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rows {
+    /// Column names, in order.
+    pub columns: Vec<String>,
+    /// One vector of values per row, in column order.
+    pub rows: Vec<Vec<SqlValue>>,
+}
+
+/// Builds a [`Database`]: `store.database("chat").migrations("migrations").open()?`.
+#[must_use = "call .open() to get the database"]
+pub struct DatabaseBuilder {
+    store: Store,
+    name: String,
+    migrations: Option<PathBuf>,
+    busy_timeout: Duration,
+}
+
+impl DatabaseBuilder {
+    pub(crate) fn new(store: Store, name: &str) -> DatabaseBuilder {
+        DatabaseBuilder { store, name: name.to_owned(), migrations: None, busy_timeout: DEFAULT_BUSY_TIMEOUT }
+    }
+
+    /// A folder of numbered `.sql` files (`0004_summary_fence.sql`), applied
+    /// in order, each once, each in its own transaction.
+    pub fn migrations(mut self, dir: impl AsRef<Path>) -> Self {
+        self.migrations = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// How long a writer waits for another writer before a `busy` error;
+    /// default 5 s.
+    pub fn busy_timeout(mut self, d: Duration) -> Self {
+        self.busy_timeout = d;
+        self
+    }
+
+    /// Opens `<dir>/<name>.db` and applies the migrations. Errors: `invalid`
+    /// (name out of rule), `sql` (a migration failed: nothing of it stays
+    /// applied; or an applied file was edited), `io`, `busy`, `closed`.
+    pub fn open(self) -> Result<Database> {
+        check_name("database", &self.name)?;
+        check_positive("busy timeout", self.busy_timeout)?;
+        self.store.check_open()?;
+        let path = self.store.dir().join(format!("{}.db", self.name));
+        let writer = connect(&path, self.busy_timeout)?;
+        if let Some(dir) = &self.migrations {
+            migrate(&writer, dir)?;
+        }
+        Ok(Database {
+            inner: Arc::new(DbInner {
+                store: self.store,
+                path,
+                busy: self.busy_timeout,
+                writer: Mutex::new(Some(writer)),
+                writer_back: Condvar::new(),
+                readers: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+}
+
+/// A SQL database of the store. Cheap to clone; share it between threads.
+///
+/// Writes (`exec`, `tx`) go through one connection, so a process's writers
+/// wait for each other up to the busy timeout, then get `busy`; other
+/// processes wait through SQLite's own lock. Reads (`query`) use their own
+/// connections and never block the writer (WAL).
+#[derive(Clone)]
+pub struct Database {
+    inner: Arc<DbInner>,
+}
+
+struct DbInner {
+    store: Store,
+    path: PathBuf,
+    busy: Duration,
+    /// The one writing connection; taken out by `exec` and by a transaction
+    /// for as long as it lasts, put back after.
+    writer: Mutex<Option<Connection>>,
+    writer_back: Condvar,
+    readers: Mutex<Vec<Connection>>,
+}
+
+fn connect(path: &Path, busy: Duration) -> Result<Connection> {
+    let c = Connection::open(path)?;
+    c.busy_timeout(busy)?;
+    c.pragma_update(None, "journal_mode", "wal")?;
+    c.pragma_update(None, "foreign_keys", "on")?;
+    c.pragma_update(None, "synchronous", "normal")?;
+    Ok(c)
+}
+
+impl Database {
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Takes the writing connection, waiting up to the busy timeout.
+    fn take_writer(&self) -> Result<Writer> {
+        self.inner.store.check_open()?;
+        let deadline = std::time::Instant::now() + self.inner.busy;
+        let mut slot = self.inner.writer.lock();
+        loop {
+            if let Some(c) = slot.take() {
+                return Ok(Writer { db: self.inner.clone(), conn: Some(c) });
+            }
+            if self.inner.writer_back.wait_until(&mut slot, deadline).timed_out() && slot.is_none() {
+                return Err(Error::new(
+                    ErrorKind::Busy,
+                    format!(
+                        "another writer of {} held the database for the whole busy timeout of {:?}: retry, or keep transactions short",
+                        self.inner.path.display(),
+                        self.inner.busy
+                    ),
+                ));
+            }
+        }
+    }
+
+    /// Runs one statement that writes; returns `changes` and `last_insert_rowid`.
+    /// Errors: `sql` (the statement failed), `busy`, `closed`.
+    pub fn exec(&self, stmt: impl Into<Statement>) -> Result<Done> {
+        exec_on(self.take_writer()?.conn(), &stmt.into())
+    }
+
+    /// Runs a query and gives each row as a `T` (from the row as a JSON object
+    /// of column names; a blob is an array of bytes).
+    pub fn query<T: DeserializeOwned>(&self, stmt: impl Into<Statement>) -> Result<Vec<T>> {
+        self.read(|c| query_on(c, &stmt.into()))
+    }
+
+    /// Runs a query and gives its columns and rows of values.
+    pub fn query_rows(&self, stmt: impl Into<Statement>) -> Result<Rows> {
+        self.read(|c| rows_on(c, &stmt.into()))
+    }
+
+    fn read<R>(&self, f: impl FnOnce(&Connection) -> Result<R>) -> Result<R> {
+        self.inner.store.check_open()?;
+        let conn = self.inner.readers.lock().pop();
+        let conn = match conn {
+            Some(c) => c,
+            None => connect(&self.inner.path, self.inner.busy)?,
+        };
+        let r = f(&conn);
+        let mut pool = self.inner.readers.lock();
+        if pool.len() < 8 {
+            pool.push(conn);
+        }
+        r
+    }
+
+    /// Runs `f` in one transaction: committed when `f` returns `Ok`, rolled
+    /// back when it returns `Err` or panics. Messages published through
+    /// `tx.with(&channel)` are delivered after the commit, in the order
+    /// published, and dropped by a rollback (CHAN-03). `f`'s own error reaches
+    /// the caller unchanged. Errors as `E`: `busy`, `sql` (the commit
+    /// failed), `closed`.
+    pub fn tx<T, E: From<Error>>(&self, f: impl FnOnce(&Tx) -> Result<T, E>) -> Result<T, E> {
+        let tx = self.begin()?;
+        let v = f(&tx)?;
+        tx.commit()?;
+        Ok(v)
+    }
+
+    /// Begins a transaction that the caller ends with [`Tx::commit`] or
+    /// [`Tx::rollback`]; dropping it rolls back. Holds the database's writer
+    /// until then (the bindings' boundary for async transaction functions).
+    /// Errors: `busy`, `sql`, `closed`.
+    pub fn begin(&self) -> Result<Tx> {
+        let w = self.take_writer()?;
+        w.conn().execute_batch("begin immediate")?;
+        Ok(Tx { w: Some(w), pending: Mutex::new(Vec::new()) })
+    }
+}
+
+/// The writing connection while taken; put back when dropped.
+struct Writer {
+    db: Arc<DbInner>,
+    conn: Option<Connection>,
+}
+
+impl Writer {
+    fn conn(&self) -> &Connection {
+        self.conn.as_ref().expect("a writer has its connection until dropped")
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.take() {
+            *self.db.writer.lock() = Some(c);
+            self.db.writer_back.notify_one();
+        }
+    }
+}
+
+struct Pending {
+    channel: Arc<str>,
+    branch: Vec<Key>,
+    data: Box<[u8]>,
+}
+
+/// A transaction in progress: see [`Database::tx`] and [`Database::begin`].
+/// Dropping it without `commit` rolls it back.
+pub struct Tx {
+    w: Option<Writer>,
+    pending: Mutex<Vec<Pending>>,
+}
+
+impl Tx {
+    fn conn(&self) -> &Connection {
+        self.w.as_ref().expect("a transaction has its writer until it ends").conn()
+    }
+    /// As [`Database::exec`], inside the transaction.
+    pub fn exec(&self, stmt: impl Into<Statement>) -> Result<Done> {
+        exec_on(self.conn(), &stmt.into())
+    }
+    /// As [`Database::query`], inside the transaction (it sees its own writes).
+    pub fn query<T: DeserializeOwned>(&self, stmt: impl Into<Statement>) -> Result<Vec<T>> {
+        query_on(self.conn(), &stmt.into())
+    }
+    /// As [`Database::query_rows`], inside the transaction.
+    pub fn query_rows(&self, stmt: impl Into<Statement>) -> Result<Rows> {
+        rows_on(self.conn(), &stmt.into())
+    }
+    /// The channel, publishing into this transaction: `tx.with(&events).under(id).publish(&v)?`.
+    pub fn with<'t, T>(&'t self, channel: &Channel<T>) -> TxBranch<'t, T> {
+        TxBranch { tx: self, branch: channel.root().clone() }
+    }
+    /// Holds JSON bytes for `branch` of `channel` until the commit (the
+    /// bindings' boundary). Checked now: `invalid`, `limit`.
+    pub fn publish_raw(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
+        check_name("channel", channel)?;
+        branch.iter().try_for_each(Key::check)?;
+        check_message(&data)?;
+        self.pending.lock().push(Pending { channel: Arc::from(channel), branch: branch.to_vec(), data });
+        Ok(())
+    }
+
+    /// Commits, then delivers what was published in it, in order. Errors:
+    /// `sql` or `busy` when the commit failed (then nothing is delivered).
+    pub fn commit(mut self) -> Result<()> {
+        let w = self.w.take().expect("a transaction has its writer until it ends");
+        if let Err(e) = w.conn().execute_batch("commit") {
+            let _ = w.conn().execute_batch("rollback");
+            return Err(e.into());
+        }
+        // Still holding the writer: per-branch order is commit order.
+        for p in std::mem::take(&mut *self.pending.lock()) {
+            // Checked when published; the commit stands even if the store
+            // closed since, and then nobody listens.
+            let _ = w.db.store.publish_now(&p.channel, &p.branch, p.data);
+        }
+        Ok(())
+    }
+
+    /// Rolls back: nothing written or published in it remains.
+    pub fn rollback(mut self) -> Result<()> {
+        let w = self.w.take().expect("a transaction has its writer until it ends");
+        w.conn().execute_batch("rollback")?;
+        Ok(())
+    }
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        if let Some(w) = self.w.take() {
+            let _ = w.conn().execute_batch("rollback");
+        }
+    }
+}
+
+/// A branch of a channel seen from inside a transaction.
+pub struct TxBranch<'t, T> {
+    tx: &'t Tx,
+    branch: Branch<T>,
+}
+
+impl<'t, T: Serialize> TxBranch<'t, T> {
+    /// The branch `key` below this one.
+    pub fn under(self, key: impl Into<Key>) -> Self {
+        TxBranch { tx: self.tx, branch: self.branch.under(key) }
+    }
+    /// Publishes `value` when the transaction commits; nothing if it rolls
+    /// back. Errors now: `limit` (over 1 MiB), `invalid`.
+    pub fn publish(&self, value: &T) -> Result<()> {
+        let data = serde_json::to_vec(value)?.into_boxed_slice();
+        self.tx.publish_raw(self.branch.channel(), self.branch.path(), data)
+    }
+}
+
+fn exec_on(c: &Connection, s: &Statement) -> Result<Done> {
+    let mut st = c.prepare_cached(&s.sql)?;
+    let changes = st.execute(rusqlite::params_from_iter(s.params.iter()))?;
+    Ok(Done { changes: changes as u64, last_insert_rowid: c.last_insert_rowid() })
+}
+
+fn rows_on(c: &Connection, s: &Statement) -> Result<Rows> {
+    let mut st = c.prepare_cached(&s.sql)?;
+    let columns: Vec<String> = st.column_names().into_iter().map(str::to_owned).collect();
+    let n = columns.len();
+    let mut rows = Vec::new();
+    let mut q = st.query(rusqlite::params_from_iter(s.params.iter()))?;
+    while let Some(r) = q.next()? {
+        rows.push((0..n).map(|i| r.get::<_, SqlValue>(i)).collect::<rusqlite::Result<Vec<_>>>()?);
+    }
+    Ok(Rows { columns, rows })
+}
+
+fn query_on<T: DeserializeOwned>(c: &Connection, s: &Statement) -> Result<Vec<T>> {
+    let mut st = c.prepare_cached(&s.sql)?;
+    let columns: Vec<String> = st.column_names().into_iter().map(str::to_owned).collect();
+    let mut q = st.query(rusqlite::params_from_iter(s.params.iter()))?;
+    let mut out = Vec::new();
+    while let Some(r) = q.next()? {
+        let mut obj = serde_json::Map::with_capacity(columns.len());
+        for (i, name) in columns.iter().enumerate() {
+            let v = match r.get_ref(i)? {
+                ValueRef::Null => serde_json::Value::Null,
+                ValueRef::Integer(n) => n.into(),
+                ValueRef::Real(f) => f.into(),
+                ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned().into(),
+                ValueRef::Blob(b) => b.to_vec().into(),
+            };
+            obj.insert(name.clone(), v);
+        }
+        out.push(serde_json::from_value(serde_json::Value::Object(obj)).map_err(|e| {
+            Error::invalid(format!("a row of `{}` does not fit the type asked for: {e}", s.sql))
+        })?);
+    }
+    Ok(out)
+}
+
+/// Applies the numbered `.sql` files of `dir` that are not applied yet.
+fn migrate(c: &Connection, dir: &Path) -> Result<()> {
+    let mut files = Vec::new();
+    let rd = std::fs::read_dir(dir).map_err(|e| Error::io(&format!("could not read the migrations folder {}", dir.display()), e))?;
+    for entry in rd {
+        let entry = entry.map_err(|e| Error::io("could not read the migrations folder", e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.ends_with(".sql") {
+            continue;
+        }
+        let digits: String = name.chars().take_while(char::is_ascii_digit).collect();
+        let Ok(version) = digits.parse::<i64>() else {
+            return Err(Error::invalid(format!(
+                "migration {name} has no number: name migrations like 0004_summary_fence.sql"
+            )));
+        };
+        files.push((version, name, entry.path()));
+    }
+    files.sort();
+    for w in files.windows(2) {
+        if w[0].0 == w[1].0 {
+            return Err(Error::invalid(format!(
+                "migrations {} and {} have the same number {}: give each its own",
+                w[0].1, w[1].1, w[0].0
+            )));
+        }
+    }
+    c.execute(
+        "create table if not exists _tinystore_migrations (version integer primary key, name text not null, checksum text not null, applied_at integer not null)",
+        [],
+    )?;
+    for (version, name, path) in files {
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&format!("could not read {}", path.display()), e))?;
+        let sum = format!("{:x}", Sha256::digest(text.as_bytes()));
+        let mut conn_tx = rusqlite::Transaction::new_unchecked(c, TransactionBehavior::Immediate)?;
+        conn_tx.set_drop_behavior(rusqlite::DropBehavior::Rollback);
+        let applied: Option<(String, String)> = conn_tx
+            .query_row("select name, checksum from _tinystore_migrations where version = ?1", [version], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .map(Some)
+            .or_else(|e| if e == rusqlite::Error::QueryReturnedNoRows { Ok(None) } else { Err(e) })?;
+        match applied {
+            Some((_, old)) if old == sum => continue,
+            Some((old_name, _)) => {
+                return Err(Error::new(
+                    ErrorKind::Sql,
+                    format!(
+                        "migration {name} differs from {old_name}, which was applied as number {version}: applied migrations must not change; add a new numbered file instead"
+                    ),
+                ));
+            }
+            None => {}
+        }
+        conn_tx.execute_batch(&text).map_err(|e| Error::new(ErrorKind::Sql, format!("migration {name} failed, nothing of it was applied: {e}")))?;
+        conn_tx.execute(
+            "insert into _tinystore_migrations (version, name, checksum, applied_at) values (?1, ?2, ?3, ?4)",
+            rusqlite::params![version, name, sum, crate::store::unix_millis(std::time::SystemTime::now())],
+        )?;
+        conn_tx.commit()?;
+    }
+    Ok(())
+}
