@@ -110,6 +110,15 @@ impl Store {
         Ok(Store { inner })
     }
 
+    /// Connects to a store owned by another process, at `address`:
+    /// `unix:PATH` (the owner serves `unix:<dir>/tinystore.sock`) or
+    /// `tcp:HOST:PORT` with a token. The same API as an owned store.
+    ///
+    /// Not available yet: errors with `invalid` until the server lands.
+    pub fn connect(address: &str) -> Result<Store> {
+        Err(Error::invalid(format!("connect({address:?}): connecting to another process's store is not built yet; open the directory instead")))
+    }
+
     /// The store directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir

@@ -23,22 +23,35 @@ thread_local! {
 fn thread_holder() -> Holder {
     THREAD_HOLDER.with(|h| {
         if h.get() == 0 {
-            h.set(NEXT_HOLDER.fetch_add(1, Ordering::Relaxed) | (1 << 63));
+            h.set(Holder::unique().0);
         }
         Holder(h.get())
     })
 }
 
-/// Settings shared by locks and semaphores.
-#[derive(Debug, Clone, Copy)]
-struct Settings {
-    ttl: Duration,
-    max_hold: Option<Duration>,
-    wait: Duration,
+impl Holder {
+    /// A holder id no other call of this process got.
+    pub fn unique() -> Holder {
+        Holder(NEXT_HOLDER.fetch_add(1, Ordering::Relaxed) | (1 << 63))
+    }
 }
 
-impl Settings {
-    fn check(self) -> Result<Settings> {
+/// LockOptions of a lock or semaphore handle, checked when the handle is made
+/// (NAMES): ttl 1 s to 1 h (default 30 s), `max_hold` positive (default
+/// none), `wait` positive (default 10 s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockOptions {
+    /// Lease ttl over a connection.
+    pub ttl: Duration,
+    /// No lease outlasts this.
+    pub max_hold: Option<Duration>,
+    /// How long `hold` waits for the key.
+    pub wait: Duration,
+}
+
+impl LockOptions {
+    /// Checks the ranges; errors with `invalid` and an example.
+    pub fn check(self) -> Result<LockOptions> {
         check_ttl(self.ttl)?;
         if let Some(m) = self.max_hold {
             check_positive("maxHold", m)?;
@@ -48,9 +61,16 @@ impl Settings {
     }
 }
 
-impl Default for Settings {
+impl LockOptions {
+    /// The lease terms these options give a hold.
+    pub fn terms(&self) -> Terms {
+        Terms { ttl: Some(self.ttl), max_hold: self.max_hold }
+    }
+}
+
+impl Default for LockOptions {
     fn default() -> Self {
-        Settings { ttl: DEFAULT_TTL, max_hold: None, wait: DEFAULT_WAIT }
+        LockOptions { ttl: DEFAULT_TTL, max_hold: None, wait: DEFAULT_WAIT }
     }
 }
 
@@ -59,12 +79,12 @@ impl Default for Settings {
 pub struct LockBuilder {
     store: Store,
     name: String,
-    s: Settings,
+    s: LockOptions,
 }
 
 impl LockBuilder {
     pub(crate) fn new(store: Store, name: &str) -> LockBuilder {
-        LockBuilder { store, name: name.to_owned(), s: Settings::default() }
+        LockBuilder { store, name: name.to_owned(), s: LockOptions::default() }
     }
     /// A lease over a connection lasts this long from its last renewal, and
     /// is renewed every third of it (LOCK-05). 1 s to 1 h; default 30 s. In
@@ -99,7 +119,7 @@ impl LockBuilder {
 #[derive(Clone)]
 pub struct Lock {
     raw: RawLock,
-    s: Settings,
+    s: LockOptions,
 }
 
 /// The lease a `hold` function gets.
@@ -162,7 +182,7 @@ impl Lock {
         f: impl FnOnce(&Lease) -> Result<T, E>,
     ) -> Result<T, E> {
         check_positive("wait", wait)?;
-        Lock { raw: self.raw.clone(), s: Settings { wait, ..self.s } }.hold(key, f)
+        Lock { raw: self.raw.clone(), s: LockOptions { wait, ..self.s } }.hold(key, f)
     }
 
     /// Runs `f` only if `key` is free now: `Ok(Some(value))` when it ran,
@@ -203,12 +223,12 @@ pub struct SemaphoreBuilder {
     store: Store,
     name: String,
     limit: u32,
-    s: Settings,
+    s: LockOptions,
 }
 
 impl SemaphoreBuilder {
     pub(crate) fn new(store: Store, name: &str) -> SemaphoreBuilder {
-        SemaphoreBuilder { store, name: name.to_owned(), limit: 1, s: Settings::default() }
+        SemaphoreBuilder { store, name: name.to_owned(), limit: 1, s: LockOptions::default() }
     }
     /// How many permits of a key at once: 1 or more; default 1. It belongs to
     /// the semaphore: opening the name again with another limit is a
@@ -250,7 +270,7 @@ impl SemaphoreBuilder {
 #[derive(Clone)]
 pub struct Semaphore {
     raw: RawLock,
-    s: Settings,
+    s: LockOptions,
 }
 
 /// The permit a semaphore's `hold` function gets.

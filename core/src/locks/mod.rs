@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 
 pub use self::lease::RawLease;
 pub(crate) use self::lease::{LeaseShared, LostReason};
-pub use self::lock::{Lease, Lock, LockBuilder, Permit, Semaphore, SemaphoreBuilder};
+pub use self::lock::{Lease, Lock, LockBuilder, LockOptions, Permit, Semaphore, SemaphoreBuilder};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::Fence;
 use crate::key::Key;
