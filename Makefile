@@ -6,12 +6,21 @@ SHELL := /bin/bash
 export CARGO_TERM_COLOR := never
 export GOTOOLCHAIN := local
 
-.PHONY: test test-rust demo
+.PHONY: test test-rust test-python test-node test-go demo
 
-test: test-rust
+test: test-rust test-python test-node test-go
 
 test-rust:
-	cargo test --workspace
+	cargo test
+
+test-python:
+	$(MAKE) -C bindings-python test
+
+test-node:
+	$(MAKE) -C bindings-node test
+
+test-go:
+	$(MAKE) -C bindings-go test
 
 demo:
 	@echo "The chat app lands with issue 8; until then: make test"

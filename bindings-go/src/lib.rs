@@ -1,0 +1,1 @@
+//! The go binding of tinystore (in progress).

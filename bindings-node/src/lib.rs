@@ -1,0 +1,1 @@
+//! The node binding of tinystore (in progress).

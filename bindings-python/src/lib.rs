@@ -1,0 +1,1 @@
+//! The python binding of tinystore (in progress).
