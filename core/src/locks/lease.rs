@@ -116,11 +116,11 @@ impl LeaseShared {
         if let Some(t) = self.timer.lock().take() {
             t.abort();
         }
-        self.lost.notify_waiters();
         let fns = std::mem::take(&mut *self.on_lost.lock());
         for f in fns {
             f();
         }
+        self.lost.notify_waiters();
         true
     }
 
