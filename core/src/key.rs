@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use smol_str::SmolStr;
+
 use crate::error::{Error, Result};
 use crate::limits::MAX_KEY_BYTES;
 
@@ -10,7 +12,7 @@ use crate::limits::MAX_KEY_BYTES;
 /// Integers are keys too, written as their decimal digits: `7` and `"7"` name
 /// the same key, in every language alike (CHAN-06). `"07"` is another key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key(String);
+pub struct Key(SmolStr);
 
 impl Key {
     /// The key's text.
@@ -28,8 +30,8 @@ impl Key {
         Ok(())
     }
     /// A checked key from text.
-    pub fn parse(text: impl Into<String>) -> Result<Key> {
-        let k = Key(text.into());
+    pub fn parse(text: impl AsRef<str>) -> Result<Key> {
+        let k = Key(SmolStr::new(text));
         k.check()?;
         Ok(k)
     }
@@ -44,10 +46,10 @@ impl fmt::Display for Key {
 macro_rules! key_from_int {
     ($($t:ty),*) => {$(
         impl From<$t> for Key {
-            fn from(v: $t) -> Key { Key(v.to_string()) }
+            fn from(v: $t) -> Key { Key(smol_str::format_smolstr!("{v}")) }
         }
         impl From<&$t> for Key {
-            fn from(v: &$t) -> Key { Key(v.to_string()) }
+            fn from(v: &$t) -> Key { Key(smol_str::format_smolstr!("{v}")) }
         }
     )*};
 }
@@ -55,17 +57,17 @@ key_from_int!(i8, i16, i32, i64, i128, u8, u16, u32, u64, u128, isize, usize);
 
 impl From<&str> for Key {
     fn from(v: &str) -> Key {
-        Key(v.to_owned())
+        Key(SmolStr::new(v))
     }
 }
 impl From<String> for Key {
     fn from(v: String) -> Key {
-        Key(v)
+        Key(SmolStr::from(v))
     }
 }
 impl From<&String> for Key {
     fn from(v: &String) -> Key {
-        Key(v.clone())
+        Key(SmolStr::new(v))
     }
 }
 impl From<&Key> for Key {
@@ -84,8 +86,8 @@ impl<'de> serde::Deserialize<'de> for Key {
     /// Reads a string or an integer, so the wire and JSON may carry either.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Key, D::Error> {
         match serde_json::Value::deserialize(d)? {
-            serde_json::Value::String(s) => Ok(Key(s)),
-            serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => Ok(Key(n.to_string())),
+            serde_json::Value::String(s) => Ok(Key(SmolStr::from(s))),
+            serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => Ok(Key(smol_str::format_smolstr!("{n}"))),
             other => Err(serde::de::Error::custom(format!(
                 "a key is a string or an integer; got {other}"
             ))),

@@ -267,6 +267,14 @@ impl RawLock {
         key.check()?;
         self.table.acquire(key, holder, Terms { ttl: None, ..terms }, wait).await
     }
+    /// Takes `key` at once if it is free and nobody waits for it; `None` when
+    /// the caller must wait in line through [`acquire`](Self::acquire). A
+    /// fast path that never waits and never yields. Errors: `conflict` when
+    /// `holder` already holds or waits for the key, `invalid`, `closed`.
+    pub fn acquire_now(&self, key: &Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
+        key.check()?;
+        self.table.acquire_now(key, holder, Terms { ttl: None, ..terms })
+    }
     /// Takes `key` if it is free now; `None` otherwise. Never waits.
     pub async fn try_acquire(&self, key: Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
         key.check()?;

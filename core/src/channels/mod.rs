@@ -12,7 +12,7 @@ pub(crate) mod log;
 mod subscription;
 mod typed;
 
-use std::collections::HashMap;
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -92,7 +92,7 @@ impl Channels {
 
     pub(crate) fn with_budget(bytes: usize) -> Channels {
         Channels {
-            channels: RwLock::new(HashMap::new()),
+            channels: RwLock::new(HashMap::default()),
             budget: Budget::new(bytes),
             subscriptions: AtomicUsize::new(0),
             next_node: std::sync::atomic::AtomicU64::new(1),

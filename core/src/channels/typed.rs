@@ -265,7 +265,13 @@ async fn deliver<T: DeserializeOwned + Send + 'static>(ctl: Arc<Control<T>>) {
                 }
                 h.run(ev);
                 drop(h);
-                next = c.raw.try_next();
+                next = c.raw.try_next().or_else(|| {
+                    // Stay on this thread a moment: a busy branch then costs
+                    // no hand-off per message.
+                    runtime::handle().block_on(async {
+                        tokio::time::timeout(Duration::from_millis(2), c.raw.next()).await.ok().flatten()
+                    })
+                });
             }
             DELIVERING.with(|d| d.set(0));
         })

@@ -158,6 +158,12 @@ impl Lock {
         self.raw.name()
     }
 
+    /// The engine's lock underneath (the bindings' boundary): the name,
+    /// options and kind were checked when this handle was made.
+    pub fn raw(&self) -> &RawLock {
+        &self.raw
+    }
+
     /// Waits for `key` (up to the lock's `wait`, 10 s by default), runs `f`
     /// with the lease, and lets the key go when `f` returns, returns an error
     /// or panics. Returns what `f` returns; `f`'s own error reaches the caller
@@ -170,7 +176,7 @@ impl Lock {
     pub fn hold<T, E: From<Error>>(&self, key: impl Into<Key>, f: impl FnOnce(&Lease) -> Result<T, E>) -> Result<T, E> {
         let key = key.into();
         key.check()?;
-        let raw = runtime::block_on(self.raw.acquire(key, thread_holder(), self.terms(), self.s.wait))?;
+        let raw = acquire(&self.raw, key, self.terms(), self.s.wait)?;
         run(Lease { raw }, |l| &l.raw, f)
     }
 
@@ -203,6 +209,15 @@ impl Lock {
 
     fn terms(&self) -> Terms {
         Terms { ttl: Some(self.s.ttl), max_hold: self.s.max_hold }
+    }
+}
+
+/// Takes the key on this thread: at once when free, else waiting in line.
+fn acquire(raw: &RawLock, key: Key, terms: Terms, wait: Duration) -> Result<RawLease> {
+    let holder = thread_holder();
+    match raw.acquire_now(&key, holder, terms)? {
+        Some(lease) => Ok(lease),
+        None => runtime::block_on(raw.acquire(key, holder, terms, wait)),
     }
 }
 
@@ -290,12 +305,18 @@ impl Permit {
 }
 
 impl Semaphore {
+    /// The engine's semaphore underneath (the bindings' boundary): the name,
+    /// limit and options were checked when this handle was made.
+    pub fn raw(&self) -> &RawLock {
+        &self.raw
+    }
+
     /// As [`Lock::hold`], with a permit.
     pub fn hold<T, E: From<Error>>(&self, key: impl Into<Key>, f: impl FnOnce(&Permit) -> Result<T, E>) -> Result<T, E> {
         let key = key.into();
         key.check()?;
         let terms = Terms { ttl: Some(self.s.ttl), max_hold: self.s.max_hold };
-        let raw = runtime::block_on(self.raw.acquire(key, thread_holder(), terms, self.s.wait))?;
+        let raw = acquire(&self.raw, key, terms, self.s.wait)?;
         run(Permit { raw }, |p| &p.raw, f)
     }
 

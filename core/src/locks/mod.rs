@@ -9,7 +9,9 @@
 mod lease;
 mod lock;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -137,7 +139,7 @@ pub struct HolderStatus {
 
 impl Locks {
     pub(crate) fn new(epoch: u64) -> Locks {
-        Locks { tables: Mutex::new(HashMap::new()), fences: Arc::new(Fences::new(epoch)), ids: Arc::new(AtomicU64::new(1)) }
+        Locks { tables: Mutex::new(HashMap::default()), fences: Arc::new(Fences::new(epoch)), ids: Arc::new(AtomicU64::new(1)) }
     }
 
     /// The table for `name`, made on first use. Errors with `conflict` when
@@ -156,7 +158,7 @@ impl Locks {
         let t = Arc::new(Table {
             name: Arc::from(name),
             kind,
-            keys: Mutex::new(HashMap::new()),
+            keys: Mutex::new(HashMap::default()),
             fences: self.fences.clone(),
             ids: self.ids.clone(),
             closed: Default::default(),
@@ -217,6 +219,39 @@ impl Table {
         Ok(None)
     }
 
+    /// Takes `key` at once if it is free and nobody waits: `Some(lease)`;
+    /// `None` when the caller must wait in line. Errors with `conflict` when
+    /// `holder` already holds or waits for the key.
+    pub(crate) fn acquire_now(self: &Arc<Self>, key: &Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
+        self.check_open()?;
+        let mut keys = self.keys.lock();
+        match keys.get_mut(key) {
+            None => {
+                let ks = keys.entry(key.clone()).or_default();
+                Ok(Some(self.grant(key, ks, holder, terms)))
+            }
+            Some(ks) => {
+                self.check_not_mine(key, ks, holder)?;
+                if ks.holders.len() < self.kind.limit() && ks.waiters.is_empty() {
+                    return Ok(Some(self.grant(key, ks, holder, terms)));
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    fn check_not_mine(&self, key: &Key, ks: &KeyState, holder: Holder) -> Result<()> {
+        if holder != Holder(0)
+            && (ks.holders.iter().any(|l| l.holder == holder) || ks.waiters.iter().any(|w| w.holder == holder))
+        {
+            return Err(Error::conflict(format!(
+                "this holder already holds key {key} of {:?}: a hold inside a hold of the same key would wait on itself; use the lease you have",
+                &*self.name
+            )));
+        }
+        Ok(())
+    }
+
     /// Takes `key`, waiting up to `wait` in line behind earlier waiters
     /// (LOCK-03). Errors: `timeout` when `wait` ran out, `conflict` when
     /// `holder` already holds or waits for the key, `closed`.
@@ -225,14 +260,7 @@ impl Table {
             self.check_open()?;
             let mut keys = self.keys.lock();
             let ks = keys.entry(key.clone()).or_default();
-            if holder != Holder(0)
-                && (ks.holders.iter().any(|l| l.holder == holder) || ks.waiters.iter().any(|w| w.holder == holder))
-            {
-                return Err(Error::conflict(format!(
-                    "this holder already holds key {key} of {:?}: a hold inside a hold of the same key would wait on itself; use the lease you have",
-                    &*self.name
-                )));
-            }
+            self.check_not_mine(&key, ks, holder)?;
             if ks.holders.len() < self.kind.limit() && ks.waiters.is_empty() {
                 return Ok(self.grant(&key, ks, holder, terms));
             }
