@@ -1,0 +1,100 @@
+import { settle, sync } from './errors'
+import { encode, type Message, type Missed } from './message'
+import type { NativeStore } from './native'
+import { MessageIterator, Subscription, type SubscribeOptions } from './subscription'
+import type { Key } from './types'
+
+/**
+ * A branch of a channel: the messages of one chat, say. Made by
+ * `channel.under(key)`, and nestable: `events.under(7).under('typing')`.
+ *
+ * @typeParam T - The type of the messages, carried as JSON.
+ */
+export class Branch<T> implements AsyncIterable<Message<T>> {
+  /** @internal */
+  protected readonly store: NativeStore
+  /** The channel's name. */
+  readonly name: string
+  /** The branch's keys from the channel's root; empty for the root. */
+  readonly path: readonly Key[]
+
+  /** @internal Made by `store.channel(name)` and `under(key)`. */
+  constructor(store: NativeStore, name: string, path: readonly Key[]) {
+    this.store = store
+    this.name = name
+    this.path = path
+  }
+
+  /**
+   * The branch `key` below this one.
+   *
+   * @param key - Text of 1 to 1,024 bytes, or an integer; `7` and `'7'` are one branch.
+   */
+  under(key: Key): Branch<T> {
+    return new Branch<T>(this.store, this.name, [...this.path, key])
+  }
+
+  /**
+   * Publishes `value` to this branch. Resolves once the store has it; never
+   * waits for a subscriber, however slow.
+   *
+   * @throws {@link LimitError} when its JSON is over 1 MiB (nothing is
+   * published); {@link InvalidError} for a key out of rule or a value JSON
+   * cannot carry; {@link ClosedError}.
+   */
+  async publish(value: T): Promise<void> {
+    const later = sync(() => this.store.publish(this.name, this.path as Key[], encode(value)))
+    if (later) await settle(later)
+  }
+
+  /**
+   * Subscribes to this branch. Resolves once the store has the subscription:
+   * every message published after that reaches `handler`, in publish order,
+   * one at a time on the JavaScript thread (a returned promise is awaited
+   * before the next message). A subscriber that falls behind the branch's log
+   * (its newest 1,024 messages or 4 MiB) is told exactly how many it missed
+   * through `onMissed`, before its next message.
+   *
+   * @param handler - Called with each message. What it throws goes to `onError`.
+   * @param options - `onMissed`, `onError`, and `recursive` for the branches below too.
+   * @throws {@link LimitError} past 10,000 subscriptions in the store; {@link ClosedError}.
+   */
+  async subscribe(handler: (m: Message<T>) => unknown, options: SubscribeOptions = {}): Promise<Subscription> {
+    const native = await settle(this.store.subscribe(this.name, this.path as Key[], options.recursive ?? false))
+    return new Subscription(native, handler as (m: Message<unknown>) => unknown, options)
+  }
+
+  /**
+   * The messages of this branch as an async iterator, subscribed at the first
+   * `next()` (or at `await it.ready()`). Breaking out of `for await` stops it.
+   *
+   * @param options - `onMissed`, and `recursive` for the branches below too.
+   */
+  messages(options: Pick<SubscribeOptions, 'onMissed' | 'recursive'> = {}): MessageIterator<T> {
+    return new MessageIterator<T>(
+      () => settle(this.store.subscribe(this.name, this.path as Key[], options.recursive ?? false)),
+      options.onMissed,
+    )
+  }
+
+  /** `for await (const m of events.under(id))`: see {@link Branch.messages}. */
+  [Symbol.asyncIterator](): MessageIterator<T> {
+    return this.messages()
+  }
+}
+
+/**
+ * A channel: a name that messages of one type are published on; every
+ * process of the store shares it. Made by `store.channel<T>(name)`. The
+ * channel is also its own root branch.
+ *
+ * @typeParam T - The type of the messages, carried as JSON.
+ */
+export class Channel<T> extends Branch<T> {
+  /** @internal Made by `store.channel(name)`. */
+  constructor(store: NativeStore, name: string) {
+    super(store, name, [])
+  }
+}
+
+export type { Message, Missed, SubscribeOptions }

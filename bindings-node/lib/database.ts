@@ -1,0 +1,178 @@
+import type { Branch } from './channel'
+import { settle } from './errors'
+import { encode } from './message'
+import type { NativeDatabase, NativeDone, NativeRows, NativeTx } from './native'
+import type { Key } from './types'
+
+/**
+ * A value SQLite gives back: null, a number (an integer past 2^53 is a
+ * bigint), text, or bytes.
+ */
+export type SqlValue = null | number | bigint | string | Uint8Array
+
+/**
+ * A value to bind as a parameter: a {@link SqlValue}, a boolean (bound as 1
+ * or 0), or undefined (bound as null). Integer numbers bind as integers,
+ * others as reals.
+ */
+export type SqlParam = SqlValue | boolean | undefined
+
+/** A row: its values by column name. */
+export type Row = Record<string, SqlValue>
+
+/** What a write did. */
+export interface Done {
+  /** Rows changed, inserted or deleted by the statement. */
+  readonly changes: number
+  /**
+   * The rowid of the last row inserted through this database's writer. A
+   * number; at run time a bigint where it exceeds 2^53 (`Number.MAX_SAFE_INTEGER`),
+   * so no digit is lost.
+   */
+  readonly lastInsertRowid: number
+}
+
+/** A statement: text with a `?` per parameter, or a tagged template. */
+export type Statement = string | TemplateStringsArray
+
+/** The text and parameters of a call `(sql, ...params)` or of a tagged template. */
+function statement(sql: Statement, params: SqlParam[]): [string, SqlParam[]] {
+  // A template's ${} values become bound parameters, never text.
+  return typeof sql === 'string' ? [sql, params] : [sql.join('?'), params]
+}
+
+function done(d: NativeDone): Done {
+  return { changes: d.changes, lastInsertRowid: d.lastInsertRowid as number }
+}
+
+function rows<R>(r: NativeRows): R[] {
+  const { columns } = r
+  return r.rows.map((values) => {
+    const row: Record<string, SqlValue> = {}
+    for (let i = 0; i < columns.length; i++) row[columns[i]!] = values[i] as SqlValue
+    return row as R
+  })
+}
+
+/** What runs statements: a database or a transaction. */
+abstract class Statements {
+  /** @internal */
+  protected abstract readonly target: NativeDatabase | NativeTx
+
+  /**
+   * Runs one statement that writes. Call it with text and parameters,
+   * `exec('update chats set title = ? where id = ?', title, id)`, or as a
+   * tagged template whose `${}` values are bound as parameters, never spliced
+   * into the text: `` exec`update chats set title = ${title} where id = ${id}` ``.
+   *
+   * @returns `changes` and `lastInsertRowid`.
+   * @throws {@link SqlError} when the statement fails; {@link BusyError};
+   * {@link ClosedError}.
+   */
+  async exec(sql: Statement, ...params: SqlParam[]): Promise<Done> {
+    return done(await settle(this.target.exec(...statement(sql, params))))
+  }
+
+  /**
+   * Runs a query, called as {@link Statements.exec} is (text and parameters,
+   * or a tagged template).
+   *
+   * @typeParam R - The type of a row; default {@link Row}.
+   * @returns The rows, each an object of its values by column name.
+   */
+  async query<R = Row>(sql: Statement, ...params: SqlParam[]): Promise<R[]> {
+    return rows<R>(await settle(this.target.query(...statement(sql, params))))
+  }
+}
+
+/**
+ * A SQL database of the store: the SQLite file `<dir>/<name>.db` (WAL).
+ * Made by `await store.database(name, { migrations })`. Every call runs off
+ * the event loop.
+ */
+export class Database extends Statements {
+  /** @internal */
+  protected readonly target: NativeDatabase
+
+  /** @internal Made by `store.database`. */
+  constructor(native: NativeDatabase) {
+    super()
+    this.target = native
+  }
+
+  /**
+   * Runs `fn` in one transaction: committed when it returns (or its promise
+   * resolves), rolled back when it throws. Messages published through
+   * `tx.with(channel)` are delivered after the commit, in the order
+   * published, and dropped by a rollback.
+   *
+   * @param fn - The work, with the transaction; may be async.
+   * @returns What `fn` returned.
+   * @throws `fn`'s own error, unchanged, after the rollback;
+   * {@link BusyError} when another writer kept the database past the busy
+   * timeout; {@link SqlError} when the commit failed.
+   */
+  async tx<R>(fn: (tx: Tx) => R | PromiseLike<R>): Promise<R> {
+    const native = await settle(this.target.begin())
+    let value: R
+    try {
+      value = await fn(new Tx(native))
+    } catch (err) {
+      await native.rollback().catch(() => {})
+      throw err
+    }
+    await settle(native.commit())
+    return value
+  }
+}
+
+/**
+ * A transaction in progress, given to the function of `db.tx`: `exec` and
+ * `query` see its own writes; `with(channel)` publishes at its commit.
+ */
+export class Tx extends Statements {
+  /** @internal */
+  protected readonly target: NativeTx
+
+  /** @internal Made by `db.tx`. */
+  constructor(native: NativeTx) {
+    super()
+    this.target = native
+  }
+
+  /**
+   * The channel (or branch), publishing into this transaction:
+   * `await tx.with(events).under(chatId).publish(event)`.
+   */
+  with<T>(channel: Branch<T>): TxBranch<T> {
+    return new TxBranch<T>(this.target, channel.name, channel.path)
+  }
+}
+
+/** A branch of a channel seen from inside a transaction. */
+export class TxBranch<T> {
+  #tx: NativeTx
+  #name: string
+  #path: readonly Key[]
+
+  /** @internal Made by `tx.with(channel)`. */
+  constructor(tx: NativeTx, name: string, path: readonly Key[]) {
+    this.#tx = tx
+    this.#name = name
+    this.#path = path
+  }
+
+  /** The branch `key` below this one. */
+  under(key: Key): TxBranch<T> {
+    return new TxBranch<T>(this.#tx, this.#name, [...this.#path, key])
+  }
+
+  /**
+   * Publishes `value` when the transaction commits; nothing if it rolls back.
+   *
+   * @throws {@link LimitError} (over 1 MiB) or {@link InvalidError} now.
+   */
+  async publish(value: T): Promise<void> {
+    await settle(this.#tx.publish(this.#name, this.#path as Key[], encode(value)))
+  }
+}

@@ -1,0 +1,212 @@
+/**
+ * The errors of tinystore: one class, {@link TinyStoreError}, with a stable
+ * {@link TinyStoreError.code | code}, and a subclass per code. This is the one
+ * place where the engine's codes become JavaScript classes.
+ *
+ * @module
+ */
+
+/** The stable code of every tinystore error, the same in every language. */
+export type ErrorCode =
+  | 'timeout'
+  | 'invalid'
+  | 'limit'
+  | 'closed'
+  | 'lost'
+  | 'owned'
+  | 'conflict'
+  | 'busy'
+  | 'sql'
+  | 'auth'
+  | 'io'
+  | 'protocol'
+  | 'internal'
+
+/**
+ * An error of tinystore. `code` says what kind of failure it is; `message`
+ * says what was wrong and what to do. Catch a subclass (`LostError`,
+ * `TimeoutError`, ...) or compare `code`.
+ */
+export class TinyStoreError extends Error {
+  /** The stable code of this kind of failure. */
+  readonly code: ErrorCode
+
+  /**
+   * @param code - The kind of failure.
+   * @param message - What was wrong and what to do.
+   * @param options - `cause`, as for `Error`.
+   */
+  constructor(code: ErrorCode, message: string, options?: ErrorOptions) {
+    super(message, options)
+    this.code = code
+    this.name = new.target.name
+  }
+}
+
+/** `hold` found no free key within its `wait`; the function did not run. Code `timeout`. */
+export class TimeoutError extends TinyStoreError {
+  declare readonly code: 'timeout'
+  /** @param message - What ran out. */
+  constructor(message: string, options?: ErrorOptions) {
+    super('timeout', message, options)
+  }
+}
+
+/** Something out of rule: a bad name, key, duration or value. Code `invalid`. */
+export class InvalidError extends TinyStoreError {
+  declare readonly code: 'invalid'
+  /** @param message - What was out of rule, with a valid example. */
+  constructor(message: string, options?: ErrorOptions) {
+    super('invalid', message, options)
+  }
+}
+
+/** A limit was reached: message size, subscriptions, pending output. Code `limit`. */
+export class LimitError extends TinyStoreError {
+  declare readonly code: 'limit'
+  /** @param message - Which limit. */
+  constructor(message: string, options?: ErrorOptions) {
+    super('limit', message, options)
+  }
+}
+
+/** The store, or the connection to it, is closed. Code `closed`. */
+export class ClosedError extends TinyStoreError {
+  declare readonly code: 'closed'
+  /** @param message - What was closed. */
+  constructor(message: string, options?: ErrorOptions) {
+    super('closed', message, options)
+  }
+}
+
+/**
+ * A lease ran out (`maxHold`, its ttl over a connection) or the store closed
+ * before its holder let it go: another holder may have the key. Code `lost`.
+ */
+export class LostError extends TinyStoreError {
+  declare readonly code: 'lost'
+  /** @param message - Which lease, and why it was lost. */
+  constructor(message: string, options?: ErrorOptions) {
+    super('lost', message, options)
+  }
+}
+
+/** Another process owns the store directory. Code `owned`. */
+export class OwnedError extends TinyStoreError {
+  declare readonly code: 'owned'
+  /** @param message - Who owns it. */
+  constructor(message: string, options?: ErrorOptions) {
+    super('owned', message, options)
+  }
+}
+
+/**
+ * The request contradicts what the store has: a semaphore opened with
+ * another limit, a `hold` of a key its holder already holds. Code `conflict`.
+ */
+export class ConflictError extends TinyStoreError {
+  declare readonly code: 'conflict'
+  /** @param message - What it contradicts. */
+  constructor(message: string, options?: ErrorOptions) {
+    super('conflict', message, options)
+  }
+}
+
+/** A SQL database stayed locked by another writer past the busy timeout. Code `busy`. */
+export class BusyError extends TinyStoreError {
+  declare readonly code: 'busy'
+  /** @param message - Which database. */
+  constructor(message: string, options?: ErrorOptions) {
+    super('busy', message, options)
+  }
+}
+
+/** A SQL statement failed, or a migration could not be applied. Code `sql`. */
+export class SqlError extends TinyStoreError {
+  declare readonly code: 'sql'
+  /** @param message - SQLite's message. */
+  constructor(message: string, options?: ErrorOptions) {
+    super('sql', message, options)
+  }
+}
+
+/** A missing or wrong token. Code `auth`. */
+export class AuthError extends TinyStoreError {
+  declare readonly code: 'auth'
+  /** @param message - What was refused. */
+  constructor(message: string, options?: ErrorOptions) {
+    super('auth', message, options)
+  }
+}
+
+/** The operating system refused a file or socket operation. Code `io`. */
+export class IoError extends TinyStoreError {
+  declare readonly code: 'io'
+  /** @param message - The operation and the system's reason. */
+  constructor(message: string, options?: ErrorOptions) {
+    super('io', message, options)
+  }
+}
+
+/** The peer spoke something this side does not understand. Code `protocol`. */
+export class ProtocolError extends TinyStoreError {
+  declare readonly code: 'protocol'
+  /** @param message - What was not understood. */
+  constructor(message: string, options?: ErrorOptions) {
+    super('protocol', message, options)
+  }
+}
+
+/** A bug in tinystore itself. Code `internal`. */
+export class InternalError extends TinyStoreError {
+  declare readonly code: 'internal'
+  /** @param message - What failed. */
+  constructor(message: string, options?: ErrorOptions) {
+    super('internal', message, options)
+  }
+}
+
+const classes: Record<ErrorCode, new (message: string) => TinyStoreError> = {
+  timeout: TimeoutError,
+  invalid: InvalidError,
+  limit: LimitError,
+  closed: ClosedError,
+  lost: LostError,
+  owned: OwnedError,
+  conflict: ConflictError,
+  busy: BusyError,
+  sql: SqlError,
+  auth: AuthError,
+  io: IoError,
+  protocol: ProtocolError,
+  internal: InternalError,
+}
+
+// The native layer sends each engine error as `tinystore:<code>:<message>`.
+const NATIVE = /^tinystore:([a-z]+):/
+
+/** The {@link TinyStoreError} for an error thrown by the native layer; any other value unchanged. */
+export function fromNative(e: unknown): unknown {
+  if (!(e instanceof Error)) return e
+  const m = NATIVE.exec(e.message)
+  const cls = m ? classes[m[1] as ErrorCode] : undefined
+  return cls && m ? new cls(e.message.slice(m[0].length)) : e
+}
+
+/** Runs a native call, turning its error into a {@link TinyStoreError}. */
+export function sync<T>(f: () => T): T {
+  try {
+    return f()
+  } catch (e) {
+    throw fromNative(e)
+  }
+}
+
+/** Awaits a native promise, turning its error into a {@link TinyStoreError}. */
+export async function settle<T>(p: Promise<T>): Promise<T> {
+  try {
+    return await p
+  } catch (e) {
+    throw fromNative(e)
+  }
+}

@@ -1,0 +1,43 @@
+import { InvalidError } from './errors'
+
+/** A message as a subscriber gets it. */
+export interface Message<T> {
+  /** The published value, read back from its JSON. */
+  readonly value: T
+  /** The branch it was published to: its keys as text (`under(7)` gives `['7']`). */
+  readonly branch: string[]
+  /** Its sequence number in its branch: 1, 2, 3, ... while the branch has subscribers. */
+  readonly seq: number
+  /** Messages missed just before this one, if any (also told to `onMissed`). */
+  readonly missed?: Missed
+}
+
+/** Messages a subscription will never get. */
+export interface Missed {
+  /** How many; absent where it cannot be known (the store restarted). */
+  readonly count?: number
+  /**
+   * Why: `behind` (the subscriber fell behind the branch's log of its newest
+   * 1,024 messages or 4 MiB) or `reconnect` (the connection dropped).
+   */
+  readonly reason: 'behind' | 'reconnect'
+}
+
+/** The JSON text of a value to publish. */
+export function encode(value: unknown): string {
+  let json: string | undefined
+  try {
+    json = JSON.stringify(value)
+  } catch (e) {
+    throw new InvalidError(
+      `a message is a value JSON can carry (no bigint, no cycles): ${(e as Error).message}`,
+      { cause: e },
+    )
+  }
+  if (json === undefined) {
+    throw new InvalidError(
+      `a message is a value JSON can carry, like { kind: 'message', id: 7 }; got ${typeof value}`,
+    )
+  }
+  return json
+}

@@ -1,0 +1,16 @@
+// The native layer, built by `napi build` into build/; its types are the
+// checked-in native.d.ts (a test fails when the build's copy differs).
+import type * as Native from '../native'
+
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+export const native: typeof Native = require('../build/native.js')
+
+export type NativeStore = Native.NativeStore
+export type NativeSubscription = Native.NativeSubscription
+export type NativeEvent = Native.NativeEvent
+export type NativeLock = Native.NativeLock
+export type NativeLease = Native.NativeLease
+export type NativeDatabase = Native.NativeDatabase
+export type NativeTx = Native.NativeTx
+export type NativeRows = Native.NativeRows
+export type NativeDone = Native.NativeDone

@@ -1,0 +1,119 @@
+import { Channel } from './channel'
+import { Database } from './database'
+import { settle, sync } from './errors'
+import { makeLock, makeSemaphore, type Lock, type LockOptions, type Semaphore, type SemaphoreOptions } from './lock'
+import { native, type NativeStore } from './native'
+
+/** Options of `store.database`. */
+export interface DatabaseOptions {
+  /**
+   * A folder of numbered `.sql` files (`0004_summary_fence.sql`), applied in
+   * order, each once, each in its own transaction. Relative to the current
+   * directory.
+   */
+  migrations?: string
+}
+
+/**
+ * Opens (creating it if needed) the store directory `dir`: this process owns
+ * it, keeping channels and locks in its memory.
+ *
+ * @param dir - The store directory, like `'data'`.
+ * @throws {@link OwnedError} when another process owns the directory;
+ * {@link IoError}; {@link SqlError} when its `kv.db` is unreadable.
+ */
+export async function open(dir: string): Promise<Store> {
+  return new Store(await settle(native.NativeStore.open(dir)))
+}
+
+/**
+ * Connects to the store another process serves at `address`:
+ * `'unix:data/tinystore.sock'`, or `'tcp:HOST:PORT'` with a token. The same
+ * API as an owned store.
+ */
+export async function connect(address: string): Promise<Store> {
+  return new Store(await settle(native.NativeStore.connect(address)))
+}
+
+/**
+ * A store: channels, locks, semaphores and SQL databases in one directory.
+ * Made by {@link open} or {@link connect}.
+ */
+export class Store {
+  #native: NativeStore
+
+  /** @internal Made by `open` and `connect`. */
+  constructor(native: NativeStore) {
+    this.#native = native
+  }
+
+  /**
+   * A channel of messages of type `T`, carried as JSON.
+   *
+   * @param name - `[a-z0-9][a-z0-9_-]{0,63}`, like `'chat-events'`.
+   * @throws {@link InvalidError} for a name out of rule; {@link ClosedError}.
+   */
+  channel<T = unknown>(name: string): Channel<T> {
+    sync(() => this.#native.checkChannel(name))
+    return new Channel<T>(this.#native, name)
+  }
+
+  /**
+   * A lock: one holder of a key at a time, each lease with a fence.
+   *
+   * @param name - `[a-z0-9][a-z0-9_-]{0,63}`, like `'summaries'`.
+   * @param options - `ttl` (default `'30s'`), `maxHold` (default none), `wait` (default `'10s'`).
+   * @throws {@link InvalidError} for a name or duration out of rule;
+   * {@link ConflictError} when the name is a semaphore; {@link ClosedError}.
+   */
+  lock(name: string, options: LockOptions = {}): Lock {
+    return makeLock(this.#native, name, options)
+  }
+
+  /**
+   * A semaphore: up to `limit` holders of a key at a time, without fences.
+   *
+   * @param name - `[a-z0-9][a-z0-9_-]{0,63}`.
+   * @param options - `limit`, and `ttl`, `maxHold`, `wait` as for {@link Store.lock}.
+   * @throws {@link ConflictError} when the name is a lock or a semaphore of
+   * another limit; {@link InvalidError}; {@link ClosedError}.
+   */
+  semaphore(name: string, options: SemaphoreOptions): Semaphore {
+    return makeSemaphore(this.#native, name, options)
+  }
+
+  /**
+   * Opens the SQL database `<dir>/<name>.db`, applying its migrations.
+   *
+   * @param name - `[a-z0-9][a-z0-9_-]{0,63}`, like `'chat'`.
+   * @param options - `migrations`: a folder of numbered `.sql` files.
+   * @throws {@link SqlError} when a migration fails (nothing of it stays
+   * applied) or an applied one was edited; {@link InvalidError}; {@link IoError}.
+   */
+  async database(name: string, options: DatabaseOptions = {}): Promise<Database> {
+    return new Database(await settle(this.#native.database(name, options.migrations)))
+  }
+
+  /**
+   * Closes the store: subscriptions end, held keys are let go (their holders'
+   * signals fire), waiters get a {@link ClosedError}. Idempotent.
+   */
+  async close(): Promise<void> {
+    this.#native.close()
+  }
+
+  /** True once closed. */
+  get closed(): boolean {
+    return this.#native.closed
+  }
+
+  /** The store directory. */
+  get dir(): string {
+    return this.#native.dir
+  }
+
+  /** This open's epoch: the high 64 bits of every fence it gives. */
+  get epoch(): bigint {
+    return this.#native.epoch
+  }
+}

@@ -1,0 +1,161 @@
+//! The store: open or connect, close, and the handles made from it.
+
+use futures::FutureExt;
+use napi::bindgen_prelude::{BigInt, PromiseRaw};
+use napi::Env;
+use napi_derive::napi;
+use tinystore::Store;
+use tinystore::channels::Scope;
+use tinystore::locks::{Kind, LockOptions};
+
+use crate::convert::{self, JsDuration, JsKey};
+use crate::database::NativeDatabase;
+use crate::errors::{IntoNapi, blocking};
+use crate::lock::NativeLock;
+use crate::subscription::NativeSubscription;
+
+/// A store, owned by this process or connected to another's.
+#[napi]
+pub struct NativeStore {
+    store: Store,
+}
+
+#[napi]
+impl NativeStore {
+    /// Opens (creating it if needed) the store directory `dir` and owns it.
+    #[napi(factory)]
+    pub async fn open(dir: String) -> napi::Result<NativeStore> {
+        let store = blocking(move || Store::open(dir)).await?;
+        Ok(NativeStore { store })
+    }
+
+    /// Connects to the store served at `address` (`unix:PATH`, `tcp:HOST:PORT`).
+    #[napi(factory)]
+    pub async fn connect(address: String) -> napi::Result<NativeStore> {
+        let store = blocking(move || Store::connect(&address)).await?;
+        Ok(NativeStore { store })
+    }
+
+    /// Ends subscriptions and lets held keys go. Idempotent.
+    #[napi]
+    pub fn close(&self) {
+        self.store.close();
+    }
+
+    /// True once closed.
+    #[napi(getter)]
+    pub fn closed(&self) -> bool {
+        self.store.is_closed()
+    }
+
+    /// The store directory.
+    #[napi(getter)]
+    pub fn dir(&self) -> String {
+        self.store.dir().display().to_string()
+    }
+
+    /// This open's epoch: the high 64 bits of every fence.
+    #[napi(getter)]
+    pub fn epoch(&self) -> BigInt {
+        BigInt::from(self.store.epoch())
+    }
+
+    /// Checks a channel name (and that the store is open) when a handle is made.
+    #[napi]
+    pub fn check_channel(&self, name: String) -> napi::Result<()> {
+        self.store.channel::<()>(&name).open().napi().map(drop)
+    }
+
+    /// Publishes JSON text to a branch. Returns nothing when the store took
+    /// the message at once (always, in the owning process), else a promise.
+    #[napi]
+    pub fn publish<'env>(
+        &self,
+        env: &'env Env,
+        channel: String,
+        branch: Vec<JsKey>,
+        json: String,
+    ) -> napi::Result<Option<PromiseRaw<'env, ()>>> {
+        let store = self.store.clone();
+        let branch = convert::keys(branch)?;
+        let data = json.into_bytes().into_boxed_slice();
+        let mut fut = Box::pin(async move { store.publish_raw(&channel, &branch, data).await.napi() });
+        let now = {
+            let _rt = tinystore::runtime::handle().enter();
+            (&mut fut).now_or_never()
+        };
+        match now {
+            Some(r) => r.map(|()| None),
+            None => env.spawn_future(fut).map(Some),
+        }
+    }
+
+    /// Subscribes to a branch (and every branch below it when `recursive`);
+    /// resolves once the store has the subscription.
+    #[napi]
+    pub async fn subscribe(&self, channel: String, branch: Vec<JsKey>, recursive: bool) -> napi::Result<NativeSubscription> {
+        let branch = convert::keys(branch)?;
+        let scope = if recursive { Scope::Recursive } else { Scope::Branch };
+        let sub = self.store.subscribe_raw(&channel, &branch, scope, None).await.napi()?;
+        Ok(NativeSubscription::new(sub))
+    }
+
+    /// A lock handle; the engine checks the name and the durations.
+    #[napi]
+    pub fn lock(
+        &self,
+        name: String,
+        ttl: Option<JsDuration>,
+        max_hold: Option<JsDuration>,
+        wait: Option<JsDuration>,
+    ) -> napi::Result<NativeLock> {
+        let opts = options(ttl, max_hold, wait)?;
+        let raw = self.store.lock_raw(&name, Kind::Lock).napi()?;
+        Ok(NativeLock::new(raw, opts))
+    }
+
+    /// A semaphore handle of `limit` permits per key; the engine checks the
+    /// limit (and refuses another limit for the same name).
+    #[napi]
+    pub fn semaphore(
+        &self,
+        name: String,
+        limit: u32,
+        ttl: Option<JsDuration>,
+        max_hold: Option<JsDuration>,
+        wait: Option<JsDuration>,
+    ) -> napi::Result<NativeLock> {
+        let opts = options(ttl, max_hold, wait)?;
+        self.store.semaphore(&name).limit(limit).open().napi()?;
+        let raw = self.store.lock_raw(&name, Kind::Semaphore { limit }).napi()?;
+        Ok(NativeLock::new(raw, opts))
+    }
+
+    /// Opens `<dir>/<name>.db`, applying the numbered `.sql` files of `migrations`.
+    #[napi]
+    pub async fn database(&self, name: String, migrations: Option<String>) -> napi::Result<NativeDatabase> {
+        let store = self.store.clone();
+        let db = blocking(move || {
+            let mut b = store.database(&name);
+            if let Some(m) = migrations {
+                b = b.migrations(m);
+            }
+            b.open()
+        })
+        .await?;
+        Ok(NativeDatabase::new(db))
+    }
+}
+
+/// A lock handle's options, checked by the engine (ttl 1 s to 1 h, positive
+/// `maxHold` and `wait`); unset ones take the engine's defaults.
+fn options(ttl: Option<JsDuration>, max_hold: Option<JsDuration>, wait: Option<JsDuration>) -> napi::Result<LockOptions> {
+    let d = LockOptions::default();
+    LockOptions {
+        ttl: convert::opt_duration(ttl)?.unwrap_or(d.ttl),
+        max_hold: convert::opt_duration(max_hold)?,
+        wait: convert::opt_duration(wait)?.unwrap_or(d.wait),
+    }
+    .check()
+    .napi()
+}

@@ -1,0 +1,55 @@
+// Shared by the tests: stores in temporary directories, made owned now and
+// connected once `connect` lands (add 'connected' to MODES and its case).
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+
+import { open, type Store } from 'tinystore'
+
+/** How a test reaches its store. */
+export type Mode = 'owned'
+
+/** Every mode the contract tests run in. */
+export const MODES: readonly Mode[] = ['owned']
+
+/** A fresh empty directory. */
+export function tempDir(): string {
+  return mkdtempSync(join(tmpdir(), 'tinystore-node-'))
+}
+
+/** A store in `dir` (a fresh directory by default), reached as `mode` says. */
+export async function makeStore(mode: Mode, dir: string = tempDir()): Promise<Store> {
+  switch (mode) {
+    case 'owned':
+      return open(dir)
+  }
+}
+
+/** Resolves after `ms` milliseconds. */
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}
+
+/** Blocks the event loop for `ms` milliseconds, as a CPU-bound function would. */
+export function blockLoop(ms: number): void {
+  const until = Date.now() + ms
+  while (Date.now() < until) {
+    // busy
+  }
+}
+
+/** Waits until `check` is true, failing after `ms` milliseconds. */
+export async function until(check: () => boolean, ms = 5000, what = 'condition'): Promise<void> {
+  const deadline = Date.now() + ms
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await sleep(5)
+  }
+}
+
+/** A promise with its resolve function outside. */
+export function gate<T = void>(): { promise: Promise<T>; open: (v: T) => void } {
+  let open!: (v: T) => void
+  const promise = new Promise<T>((resolve) => (open = resolve))
+  return { promise, open }
+}

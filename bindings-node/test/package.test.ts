@@ -1,0 +1,106 @@
+import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { describe, it } from 'node:test'
+
+import * as tinystore from 'tinystore'
+
+import { tempDir } from './helpers'
+
+const root = join(__dirname, '..', '..')
+
+/** Runs `script` in a fresh node process; resolves with its exit code, or 'hung'. */
+function runChild(script: string, ms = 10_000): Promise<number | 'hung'> {
+  const child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'inherit', 'inherit'] })
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL')
+      resolve('hung')
+    }, ms)
+    child.on('exit', (code) => {
+      clearTimeout(timer)
+      resolve(code ?? -1)
+    })
+  })
+}
+
+describe('the package', () => {
+  it('the checked-in native.d.ts is the one the build generates', () => {
+    const built = readFileSync(join(root, 'build', 'native.d.ts'), 'utf8')
+    const checkedIn = readFileSync(join(root, 'native.d.ts'), 'utf8')
+    assert.equal(checkedIn, built, 'native.d.ts is stale: run `make -C bindings-node update-dts` and commit it')
+  })
+
+  it('every error code has its TinyStoreError subclass', async () => {
+    const dir = tempDir()
+    const store = await tinystore.open(dir)
+    const cases: Array<[() => unknown, string, new (...a: any[]) => tinystore.TinyStoreError]> = [
+      [() => store.channel('Bad Name'), 'invalid', tinystore.InvalidError],
+      [() => store.channel('big').publish('x'.repeat(2 << 20)), 'limit', tinystore.LimitError],
+      [() => tinystore.open(dir), 'owned', tinystore.OwnedError],
+      [() => store.database('x').then((db) => db.exec('nonsense')), 'sql', tinystore.SqlError],
+      [() => store.lock('t', { wait: 1 }).hold('k', () => store.lock('t', { wait: 1 }).hold('k', () => 0)), 'conflict', tinystore.ConflictError],
+    ]
+    for (const [f, code, cls] of cases) {
+      await assert.rejects(
+        async () => f(),
+        (e: unknown) => {
+          assert.ok(e instanceof tinystore.TinyStoreError, `${code}: a TinyStoreError`)
+          assert.ok(e instanceof cls, `${code}: a ${cls.name}`)
+          assert.equal(e.code, code)
+          assert.equal(e.name, cls.name)
+          assert.doesNotMatch(e.message, /^tinystore:/)
+          return true
+        },
+      )
+    }
+    const before = store.channel('before')
+    await store.close()
+    const closed = (e: unknown) => e instanceof tinystore.ClosedError && e.code === 'closed'
+    assert.throws(() => store.channel('after'), closed)
+    await assert.rejects(before.publish(1), closed)
+    await assert.rejects(tinystore.connect('unix:/nowhere.sock'), tinystore.TinyStoreError)
+  })
+
+  it('a program whose subscription is stopped and whose store is closed exits by itself', async () => {
+    const dir = tempDir()
+    const script = `
+      const { open } = require(${JSON.stringify(require.resolve('tinystore'))})
+      ;(async () => {
+        const store = await open(${JSON.stringify(dir)})
+        const events = store.channel('chat-events')
+        let got
+        const arrived = new Promise((resolve) => (got = resolve))
+        const sub = await events.under(7).subscribe((m) => got(m.value))
+        await events.under(7).publish({ kind: 'message', id: 1 })
+        await arrived
+        const lock = store.lock('summaries', { ttl: '1s', maxHold: '10s' })
+        await lock.hold(7, async (lease) => lease.fence)
+        await lock.tryHold(7, () => 1)
+        const db = await store.database('chat')
+        await db.tx((tx) => tx.exec('create table t (x)'))
+        await sub.stop()
+        await store.close()
+      })().catch((e) => { console.error(e); process.exit(2) })
+    `
+    assert.equal(await runChild(script), 0)
+  })
+
+  it('a program whose store closes under a live subscription and an iterator exits by itself', async () => {
+    const dir = tempDir()
+    const script = `
+      const { open } = require(${JSON.stringify(require.resolve('tinystore'))})
+      ;(async () => {
+        const store = await open(${JSON.stringify(dir)})
+        const events = store.channel('chat-events')
+        await events.under(7).subscribe(() => {})
+        const it = await events.under(8).messages().ready()
+        const reading = it.next()
+        setTimeout(() => store.close(), 50)
+        await reading
+      })().catch((e) => { console.error(e); process.exit(2) })
+    `
+    assert.equal(await runChild(script), 0)
+  })
+})
