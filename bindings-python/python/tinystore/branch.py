@@ -1,0 +1,100 @@
+"""Branches: the parts of a channel that messages are published to."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Optional, Tuple, TypeVar, Union
+
+from . import _aio
+from .codec import Codec
+from .message import Message, Missed
+from .subscription import ErrorHandler, Handler, Messages, MissedHandler, Subscription
+
+T = TypeVar("T")
+
+#: A lock key or branch key: an int (its decimal digits) or a str of 1 to 1,024 bytes.
+Key = Union[int, str]
+
+
+class Branch(Generic[T]):
+    """A branch of a channel: ``events.under(chat_id)``, nestable
+    (``events.under(org).under(chat)``).
+
+    A subscriber of one branch never receives another branch's messages.
+    Keys are ints or strs of 1 to 1,024 bytes; an int is its decimal digits,
+    so ``under(7)`` and ``under("7")`` are the same branch, in every language.
+    Raises ``InvalidError`` (a ``ValueError``) for a key out of rule.
+    """
+
+    __slots__ = ("_native", "_codec")
+
+    def __init__(self, native: Any, codec: Codec[T]) -> None:
+        self._native = native
+        self._codec = codec
+
+    def under(self, key: Key) -> "Branch[T]":
+        """The branch ``key`` below this one."""
+        return Branch(self._native.under(key), self._codec)
+
+    @property
+    def path(self) -> Tuple[str, ...]:
+        """The keys from the channel's root to this branch, as text."""
+        return self._native.path
+
+    async def publish(self, value: T) -> None:
+        """Publishes ``value`` to this branch.
+
+        Returns once the store has the message; never waits for a
+        subscriber. Every subscription of the branch made before gets it, in
+        publish order. Raises ``LimitError`` for a message over 1 MiB of JSON
+        (nothing is published), ``TypeError`` for a value JSON cannot carry,
+        ``ClosedError`` once the store is closed.
+        """
+        r = self._native.publish(self._codec.encode(value))
+        if type(r) is _aio.Pending:
+            await _aio.wait(r)
+
+    async def subscribe(
+        self,
+        handler: Handler[T],
+        *,
+        on_missed: Optional[MissedHandler] = None,
+        on_error: Optional[ErrorHandler] = None,
+        recursive: bool = False,
+    ) -> Subscription[T]:
+        """Calls ``handler(message)`` for each message published here from now on.
+
+        Returns once the store has the subscription: every message published
+        after that reaches the handler, in order, one at a time, on this
+        event loop; an async handler is awaited before the next message.
+
+        - ``on_missed(missed)``: called before the next message when the
+          handler fell behind the branch's log (its newest 1,024 messages or
+          4 MiB), with the exact ``count`` missed and ``reason`` ``"behind"``
+          (``"reconnect"`` after a dropped connection).
+        - ``on_error(exception)``: called when the handler raises; the
+          subscription goes on. Without it, the loop's exception handler
+          reports the error.
+        - ``recursive``: also every branch below this one.
+
+        Stop it with ``await sub.stop()``; closing the store stops it too.
+        Raises ``LimitError`` past 10,000 subscriptions of a store,
+        ``ClosedError`` once the store is closed.
+        """
+        native = await _aio.result(self._native.subscribe(recursive))
+        return Subscription(native, self._codec, handler, on_missed, on_error)
+
+    async def messages(self, *, recursive: bool = False) -> Messages[T]:
+        """The messages published here from now on, as an async iterator of
+        :class:`Message` (and :class:`Missed` before a message that follows
+        missed ones). Subscribed when this returns."""
+        return await Messages(lambda: _aio.result(self._native.subscribe(recursive)), self._codec)._start()
+
+    def __aiter__(self) -> Messages[T]:
+        """``async for m in branch``: subscribes at the first step."""
+        return Messages(lambda: _aio.result(self._native.subscribe(False)), self._codec)
+
+    def __repr__(self) -> str:
+        return f"Branch({self._native.channel_name!r}, path={self.path!r})"
+
+
+__all__ = ["Branch", "Key", "Message", "Missed"]

@@ -1,0 +1,130 @@
+"""SQL databases of the store, and publishing inside a transaction."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Awaitable, Callable, Dict, Generic, List, NamedTuple, TypeVar, Union
+
+from . import _aio
+from .branch import Branch, Key
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: A SQL parameter or value: None, int, float, str or bytes (a bool is 0 or 1).
+SqlValue = Union[None, int, float, str, bytes]
+#: A row of a query: column name to value.
+Row = Dict[str, Any]
+
+
+class Done(NamedTuple):
+    """What a write did."""
+
+    #: Rows changed by the statement.
+    changes: int
+    #: The rowid of the last row inserted on the database's writing connection.
+    last_insert_rowid: int
+
+
+class Database:
+    """A SQL database of the store, from ``await store.database("chat", migrations="migrations")``:
+    the SQLite file ``<store dir>/chat.db`` (WAL, foreign keys on).
+
+    Statements take ``?`` placeholders and their values as further arguments;
+    values are bound, never spliced into the text. Writes of one process go
+    through one connection, one at a time; reads use their own connections
+    and never wait for the writer. Every call runs off the event loop.
+    """
+
+    __slots__ = ("_native", "name")
+
+    def __init__(self, native: Any, name: str) -> None:
+        self._native = native
+        self.name = name
+
+    @property
+    def path(self) -> str:
+        """The database file."""
+        return str(self._native.path)
+
+    async def exec(self, sql: str, *params: SqlValue) -> Done:
+        """Runs one statement that writes; gives ``changes`` and
+        ``last_insert_rowid``. Raises ``SqlError`` (a ``sqlite3.DatabaseError``)
+        when it fails, ``BusyError`` (a ``TimeoutError``) when another writer
+        held the database past the busy timeout (5 s unless set),
+        ``ClosedError``."""
+        return Done(*await _aio.result(self._native.exec(sql, *params)))
+
+    async def query(self, sql: str, *params: SqlValue) -> List[Row]:
+        """Runs a query; gives its rows as dicts of column name to value."""
+        return await _aio.result(self._native.query(sql, *params))
+
+    async def tx(self, fn: Callable[["SqlTx"], Union[Awaitable[R], R]]) -> R:
+        """Runs ``fn(tx)`` in one transaction and gives what it returns.
+
+        Committed when ``fn`` returns, rolled back when it raises (its error
+        reaches the caller unchanged) or is cancelled. Messages published
+        through ``tx.with_(channel)`` are delivered after the commit, in the
+        order published, and dropped by a rollback (CHAN-03). ``fn`` may be
+        async or not. Holds the database's writer until it ends: keep it short.
+        """
+        native = await _aio.result(self._native.begin())
+        try:
+            out = fn(SqlTx(native))
+            if inspect.isawaitable(out):
+                out = await out
+        except BaseException:
+            await _aio.result(native.rollback())
+            raise
+        await _aio.result(native.commit())
+        return out  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"Database({self.name!r})"
+
+
+class SqlTx:
+    """A transaction in progress: the ``tx`` given to ``db.tx(fn)``. Use it
+    only inside ``fn``."""
+
+    __slots__ = ("_native",)
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    async def exec(self, sql: str, *params: SqlValue) -> Done:
+        """As :meth:`Database.exec`, inside the transaction."""
+        return Done(*await _aio.result(self._native.exec(sql, *params)))
+
+    async def query(self, sql: str, *params: SqlValue) -> List[Row]:
+        """As :meth:`Database.query`, inside the transaction (it sees its own writes)."""
+        return await _aio.result(self._native.query(sql, *params))
+
+    def with_(self, channel: Branch[T]) -> "TxBranch[T]":
+        """The channel (or branch), publishing into this transaction:
+        ``await tx.with_(events).under(chat_id).publish(event)``."""
+        return TxBranch(self._native, channel)
+
+
+class TxBranch(Generic[T]):
+    """A branch of a channel seen from inside a transaction."""
+
+    __slots__ = ("_tx", "_branch")
+
+    def __init__(self, tx: Any, branch: Branch[T]) -> None:
+        self._tx = tx
+        self._branch = branch
+
+    def under(self, key: Key) -> "TxBranch[T]":
+        """The branch ``key`` below this one."""
+        return TxBranch(self._tx, self._branch.under(key))
+
+    async def publish(self, value: T) -> None:
+        """Publishes ``value`` when the transaction commits, nothing if it
+        rolls back. Checked now: ``LimitError`` over 1 MiB, ``TypeError`` for a
+        value JSON cannot carry."""
+        b = self._branch
+        await _aio.result(self._tx.publish(b._native, b._codec.encode(value)))
+
+
+__all__ = ["Database", "Done", "Row", "SqlTx", "SqlValue", "TxBranch"]

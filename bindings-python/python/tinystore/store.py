@@ -1,0 +1,189 @@
+"""Opening a store: the directory that channels, locks and databases live in."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from types import TracebackType
+from typing import Any, Generator, Optional, Type, TypeVar, Union, overload
+
+from . import _aio, _native
+from .channel import Channel
+from .lock import Duration, Lock, Semaphore
+from .sql import Database
+
+T = TypeVar("T")
+
+
+class Store:
+    """A store: channels, locks, semaphores and SQL databases in one directory.
+
+    Made by ``await tinystore.open(dir)`` or ``await tinystore.connect(address)``;
+    both work with ``async with``. ``close()`` ends its subscriptions and lets
+    held keys go.
+    """
+
+    __slots__ = ("_native",)
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    @overload
+    def channel(self, name: str) -> Channel[Any]: ...
+    @overload
+    def channel(self, name: str, type: type[T]) -> Channel[T]: ...
+
+    def channel(self, name: str, type: Any = None) -> Channel[Any]:
+        """The channel ``name``, carrying values of ``type``.
+
+        ``type`` is a dataclass (nested dataclasses, lists, optionals and
+        enums are read back as declared) or a type JSON carries as is
+        (``dict``, ``list``, ``str``...); None for plain JSON values. Names
+        are 1 to 64 of ``a-z 0-9 _ -``, starting with a letter or digit:
+        raises ``InvalidError`` (a ``ValueError``) otherwise.
+        """
+        # The caller's names resolve the string annotations of dataclasses
+        # defined inside a function.
+        caller = sys._getframe(1)
+        ns = {**caller.f_globals, **caller.f_locals}
+        return Channel(self._native.branch(name), name, type, ns)
+
+    def lock(
+        self,
+        name: str,
+        *,
+        ttl: Optional[Duration] = None,
+        max_hold: Optional[Duration] = None,
+        wait: Optional[Duration] = None,
+    ) -> Lock:
+        """The lock ``name``: one holder of a key at a time, each lease with a fence.
+
+        - ``ttl``: a lease over a connection lasts this long from its last
+          renewal; renewed every third of it while its block runs. 1 s to
+          1 h; default 30 s. A lease of the process that owns the store ends
+          only with its block (or at ``max_hold``).
+        - ``max_hold``: no lease outlasts this, owned or connected; default none.
+        - ``wait``: how long ``hold`` waits for a key; default 10 s.
+
+        Durations are strings (``"250ms"``, ``"30s"``, ``"2m"``, ``"1h"``),
+        seconds or ``timedelta``. Raises ``InvalidError`` for a name or
+        duration out of rule, ``ConflictError`` when the name is a semaphore.
+        """
+        return Lock(self._native.lock(name, None, ttl, max_hold, wait))
+
+    def semaphore(
+        self,
+        name: str,
+        *,
+        limit: int = 1,
+        ttl: Optional[Duration] = None,
+        max_hold: Optional[Duration] = None,
+        wait: Optional[Duration] = None,
+    ) -> Semaphore:
+        """The semaphore ``name``: up to ``limit`` holders of a key at once
+        (default 1); permits have no fence. Options as :meth:`lock`. Raises
+        ``ConflictError`` when the name is a lock or a semaphore of another limit."""
+        return Semaphore(self._native.lock(name, limit, ttl, max_hold, wait), limit)
+
+    async def database(
+        self,
+        name: str,
+        *,
+        migrations: Union[str, "os.PathLike[str]", None] = None,
+        busy_timeout: Optional[Duration] = None,
+    ) -> Database:
+        """Opens the SQL database ``<dir>/<name>.db``, making it if needed.
+
+        ``migrations`` is a folder of numbered ``.sql`` files
+        (``0004_summaries.sql``), applied in order, each once, each in its own
+        transaction. ``busy_timeout`` (default 5 s) is how long a writer waits
+        for another. Raises ``SqlError`` when a migration fails (nothing of it
+        stays applied) or an applied file was edited.
+        """
+        mig = os.fspath(migrations) if migrations is not None else None
+        native = await _aio.result(self._native.database(name, mig, busy_timeout))
+        return Database(native, name)
+
+    @property
+    def dir(self) -> str:
+        """The store directory."""
+        return str(self._native.dir)
+
+    @property
+    def epoch(self) -> int:
+        """This open's epoch: the high 64 bits of every fence it gives."""
+        return self._native.epoch
+
+    @property
+    def closed(self) -> bool:
+        return self._native.closed
+
+    def status(self) -> dict[str, Any]:
+        """What the store holds now: subscriptions and branches, held keys
+        with their fences and waiters (a dict of JSON values)."""
+        return json.loads(self._native.status_json())
+
+    async def close(self) -> None:
+        """Closes the store: subscriptions end, held keys are let go (their
+        holders see their leases lost), waiters get ``ClosedError``.
+        Idempotent."""
+        self._native.close()
+
+    async def __aenter__(self) -> "Store":
+        return self
+
+    async def __aexit__(
+        self, et: Optional[Type[BaseException]], e: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.dir!r}{', closed' if self.closed else ''})"
+
+
+class Opening:
+    """``await tinystore.open(dir)`` gives a :class:`Store`;
+    ``async with tinystore.open(dir) as store:`` closes it at the end."""
+
+    __slots__ = ("_start", "_store")
+
+    def __init__(self, start: Any) -> None:
+        self._start = start
+        self._store: Optional[Store] = None
+
+    async def _open(self) -> Store:
+        _aio.engine_starting()
+        return Store(await _aio.result(self._start()))
+
+    def __await__(self) -> Generator[Any, None, Store]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> Store:
+        self._store = await self._open()
+        return self._store
+
+    async def __aexit__(
+        self, et: Optional[Type[BaseException]], e: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        if self._store is not None:
+            await self._store.close()
+
+
+def open(dir: Union[str, "os.PathLike[str]"]) -> Opening:
+    """Opens the store in directory ``dir``, making it if needed.
+
+    This process owns the store: it keeps channels and locks in memory and
+    writes the store's epoch to ``dir/kv.db``. Raises ``OwnedError`` (an
+    ``OSError``) when another live process owns the directory, ``IoError``
+    when it cannot be made or locked. Runs off the event loop.
+    """
+    path = os.fspath(dir)
+    return Opening(lambda: _native.open(path))
+
+
+def connect(address: str) -> Opening:
+    """Connects to a store another process serves at ``address``:
+    ``"unix:PATH"`` (an owner serves ``unix:<dir>/tinystore.sock``) or
+    ``"tcp:HOST:PORT"`` with a token. The same API as an owned store."""
+    return Opening(lambda: _native.connect(address))

@@ -1,0 +1,162 @@
+"""Subscriptions: a handler called for each message of a branch, on the
+event loop, one message at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections import deque
+from typing import Any, Awaitable, Callable, Deque, Generic, Optional, TypeVar, Union
+
+from . import _aio
+from .codec import Codec
+from .message import Message, Missed
+
+T = TypeVar("T")
+
+#: How many events cross from the engine to Python at once, at most.
+BATCH = 256
+
+Handler = Callable[[Message[T]], Union[None, Awaitable[None]]]
+MissedHandler = Callable[[Missed], Union[None, Awaitable[None]]]
+ErrorHandler = Callable[[Exception], Union[None, Awaitable[None]]]
+
+_running: set[asyncio.Task[None]] = set()
+
+
+async def _next_batch(native: Any) -> list[Any]:
+    r = native.next_batch(BATCH)
+    if type(r) is _aio.Pending:
+        r = await _aio.wait(r)
+    return r
+
+
+class Subscription(Generic[T]):
+    """A running subscription, from ``await branch.subscribe(handler)``.
+
+    The handler gets every message published to the branch after
+    ``subscribe`` returned, in order, one at a time on the event loop that
+    subscribed (an async handler is awaited before the next message). Before
+    a message it would have missed, ``on_missed`` gets a :class:`Missed` with
+    the exact count. A handler that raises goes to ``on_error`` (or to the
+    loop's exception handler), and the subscription goes on.
+    """
+
+    def __init__(
+        self,
+        native: Any,
+        codec: Codec[T],
+        handler: Handler[T],
+        on_missed: Optional[MissedHandler],
+        on_error: Optional[ErrorHandler],
+    ) -> None:
+        self._native = native
+        self._codec = codec
+        self._handler = handler
+        self._on_missed = on_missed
+        self._on_error = on_error
+        self._stopped = False
+        self._task = asyncio.get_running_loop().create_task(self._pump())
+        _running.add(self._task)
+        self._task.add_done_callback(_running.discard)
+
+    @property
+    def active(self) -> bool:
+        """True until stopped, or until its store closed and it read everything."""
+        return not self._stopped and not self._task.done()
+
+    async def stop(self) -> None:
+        """Stops the subscription: once this returns, the handler is never
+        called again. Safe to call from inside the handler, twice, or after
+        the store closed."""
+        if not self._stopped:
+            self._stopped = True
+            self._native.stop()
+
+    async def wait(self) -> None:
+        """Waits until the subscription ends (stopped, or its store closed)."""
+        await asyncio.shield(self._task)
+
+    async def _pump(self) -> None:
+        decode = self._codec.decode
+        while not self._stopped:
+            batch = await _next_batch(self._native)
+            if not batch:
+                return
+            for is_message, a, b, c in batch:
+                if self._stopped:
+                    return
+                try:
+                    if is_message:
+                        out = self._handler(Message(decode(b), c, a))
+                    elif self._on_missed is not None:
+                        out = self._on_missed(Missed(a, b))
+                    else:
+                        continue
+                    if out is not None and inspect.isawaitable(out):
+                        await out
+                except Exception as e:  # the subscription goes on
+                    await self._report(e)
+
+    async def _report(self, e: Exception) -> None:
+        if self._on_error is not None:
+            try:
+                out = self._on_error(e)
+                if out is not None and inspect.isawaitable(out):
+                    await out
+                return
+            except Exception as again:
+                e = again
+        asyncio.get_running_loop().call_exception_handler(
+            {"message": "a tinystore subscription's handler raised", "exception": e, "subscription": self}
+        )
+
+
+class Messages(Generic[T]):
+    """The messages of a branch as an async iterator: ``async for m in branch``.
+
+    Yields :class:`Message` objects, and a :class:`Missed` just before the
+    message that follows missed ones. Iterating a branch directly subscribes
+    at the first step; ``await branch.messages()`` subscribes at once.
+    ``aclose()`` (or ``stop()``) ends it; so does leaving it to the garbage
+    collector.
+    """
+
+    def __init__(self, subscribe: Callable[[], Awaitable[Any]], codec: Codec[T]) -> None:
+        self._subscribe = subscribe
+        self._native: Any = None
+        self._codec = codec
+        self._ready: Deque[Any] = deque()
+        self._closed = False
+
+    async def _start(self) -> "Messages[T]":
+        if self._native is None:
+            self._native = await self._subscribe()
+        return self
+
+    def __aiter__(self) -> "Messages[T]":
+        return self
+
+    async def __anext__(self) -> Union[Message[T], Missed]:
+        while not self._ready:
+            if self._closed:
+                raise StopAsyncIteration
+            await self._start()
+            batch = await _next_batch(self._native)
+            if not batch:
+                self._closed = True
+                raise StopAsyncIteration
+            self._ready.extend(batch)
+        is_message, a, b, c = self._ready.popleft()
+        if is_message:
+            return Message(self._codec.decode(b), c, a)
+        return Missed(a, b)
+
+    async def aclose(self) -> None:
+        """Stops the subscription; the iteration ends."""
+        self._closed = True
+        self._ready.clear()
+        if self._native is not None:
+            self._native.stop()
+
+    stop = aclose

@@ -1,0 +1,141 @@
+//! Branches of channels: publishing, and subscriptions read in batches.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+use tinystore::channels::{Event, RawSubscription, Scope};
+use tinystore::{Key, Store};
+
+use crate::convert;
+use crate::pending::{Convert, run_future, value};
+
+struct Branch {
+    store: Store,
+    channel: Arc<str>,
+    keys: Vec<Key>,
+}
+
+/// A branch of a channel: the channel's name and a path of keys, checked.
+#[pyclass(frozen, module = "tinystore._native")]
+pub struct NativeBranch {
+    inner: Arc<Branch>,
+}
+
+impl NativeBranch {
+    pub fn new(store: Store, channel: Arc<str>, keys: Vec<Key>) -> NativeBranch {
+        NativeBranch { inner: Arc::new(Branch { store, channel, keys }) }
+    }
+    pub fn channel(&self) -> &str {
+        &self.inner.channel
+    }
+    pub fn keys(&self) -> &[Key] {
+        &self.inner.keys
+    }
+}
+
+#[pymethods]
+impl NativeBranch {
+    /// The branch `key` below this one.
+    fn under(&self, key: &Bound<'_, PyAny>) -> PyResult<NativeBranch> {
+        let mut keys = self.inner.keys.clone();
+        keys.push(convert::key(key)?);
+        Ok(NativeBranch::new(self.inner.store.clone(), self.inner.channel.clone(), keys))
+    }
+
+    /// The path of keys, as text.
+    #[getter]
+    fn path<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.keys.iter().map(Key::as_str))
+    }
+
+    #[getter]
+    fn channel_name(&self) -> &str {
+        &self.inner.channel
+    }
+
+    /// Publishes JSON bytes: `None` at once, or a `Pending`.
+    fn publish(&self, py: Python<'_>, data: &[u8]) -> PyResult<Py<PyAny>> {
+        let b = self.inner.clone();
+        let data: Box<[u8]> = data.into();
+        run_future(py, async move { b.store.publish_raw(&b.channel, &b.keys, data).await.map(|()| value(())) })
+    }
+
+    /// Subscribes (this branch, or with `recursive` every branch below it
+    /// too): a `NativeSubscription` once the store has it, or a `Pending`.
+    #[pyo3(signature = (recursive=false))]
+    fn subscribe(&self, py: Python<'_>, recursive: bool) -> PyResult<Py<PyAny>> {
+        let b = self.inner.clone();
+        let scope = if recursive { Scope::Recursive } else { Scope::Branch };
+        run_future(py, async move {
+            let sub = b.store.subscribe_raw(&b.channel, &b.keys, scope, None).await?;
+            Ok(value(NativeSubscription { sub: Arc::new(sub) }))
+        })
+    }
+}
+
+/// A subscription of the engine, read a batch at a time.
+#[pyclass(frozen, module = "tinystore._native")]
+pub struct NativeSubscription {
+    sub: Arc<RawSubscription>,
+}
+
+#[pymethods]
+impl NativeSubscription {
+    /// Up to `max` events once at least one is ready: a list of
+    /// `(True, seq, data, branch)` for a message and `(False, count, reason,
+    /// None)` for missed ones; empty once stopped or the store closed. A
+    /// `Pending` while nothing is ready.
+    fn next_batch(&self, py: Python<'_>, max: usize) -> PyResult<Py<PyAny>> {
+        let sub = self.sub.clone();
+        run_future(py, async move { Ok(events(sub.next_batch(max.max(1)).await)) })
+    }
+
+    /// Stops the subscription (idempotent): a pending `next_batch` ends empty.
+    fn stop(&self, py: Python<'_>) {
+        let sub = self.sub.clone();
+        py.detach(move || sub.stop());
+    }
+
+    #[getter]
+    fn ended(&self) -> bool {
+        self.sub.is_ended()
+    }
+}
+
+impl Drop for NativeSubscription {
+    fn drop(&mut self) {
+        self.sub.stop();
+    }
+}
+
+fn events(batch: Vec<Event>) -> Convert {
+    Box::new(move |py| {
+        let out = PyList::empty(py);
+        // One tuple per branch of the batch, not per message.
+        let mut last: Option<(Arc<[Key]>, Bound<'_, PyTuple>)> = None;
+        for e in batch {
+            let item = match e {
+                Event::Message(m) => {
+                    let branch = match &last {
+                        Some((k, t)) if Arc::ptr_eq(k, &m.branch) => t.clone(),
+                        _ => {
+                            let t = PyTuple::new(py, m.branch.iter().map(Key::as_str))?;
+                            last = Some((m.branch.clone(), t.clone()));
+                            t
+                        }
+                    };
+                    (true, m.seq.into_pyobject(py)?.into_any(), PyBytes::new(py, &m.data).into_any(), branch.into_any())
+                }
+                Event::Missed(x) => (
+                    false,
+                    x.count.into_pyobject(py)?.into_any(),
+                    x.reason.as_str().into_pyobject(py)?.into_any(),
+                    py.None().into_bound(py),
+                ),
+            };
+            out.append(item)?;
+        }
+        Ok(out.into_any().unbind())
+    })
+}

@@ -1,0 +1,199 @@
+//! Calls that may not complete at once, and how their results reach the
+//! Python event loop without blocking it and without engine threads ever
+//! taking the GIL.
+//!
+//! A call first polls its core future once on the caller's thread (GIL
+//! released): in an owned store, publishing, taking a free key or reading a
+//! ready batch completes there and then, with no thread hop. Otherwise the
+//! call returns a [`Pending`]; the Python layer starts it on the
+//! [`Completer`] of its event loop, which runs it on the core's runtime (or
+//! its blocking pool, for SQLite), queues the outcome, and writes one byte to
+//! a socket the loop watches. The loop's reader callback then calls
+//! [`Completer::drain`], which converts every queued outcome on the loop's
+//! thread and settles the asyncio futures.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
+
+use parking_lot::Mutex;
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::IntoPyObjectExt;
+use tinystore::runtime;
+
+use crate::error;
+
+/// Turns a result into a Python object; runs on the loop's thread, attached.
+pub type Convert = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
+/// What a call ends with.
+pub type Outcome = Result<Convert, tinystore::Error>;
+
+type BoxFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
+
+enum Work {
+    Future(BoxFuture),
+    Blocking(Box<dyn FnOnce() -> Outcome + Send>),
+}
+
+/// A value to hand to Python as it is.
+pub fn value<T>(v: T) -> Convert
+where
+    T: for<'py> IntoPyObject<'py> + Send + 'static,
+{
+    Box::new(move |py| v.into_py_any(py))
+}
+
+/// A call that has not completed yet: start it with `Completer.start`.
+/// Dropped unstarted, the call is abandoned (a waiter leaves the queue).
+#[pyclass(frozen, module = "tinystore._native")]
+pub struct Pending {
+    work: Mutex<Option<Work>>,
+}
+
+fn finish(py: Python<'_>, o: Outcome) -> PyResult<Py<PyAny>> {
+    match o {
+        Ok(c) => c(py),
+        Err(e) => Err(error::to_py(py, e)),
+    }
+}
+
+/// Polls `fut` once, GIL released: its value if it is ready, else a `Pending`.
+pub fn run_future<F>(py: Python<'_>, fut: F) -> PyResult<Py<PyAny>>
+where
+    F: Future<Output = Outcome> + Send + 'static,
+{
+    let mut fut: BoxFuture = Box::pin(fut);
+    let polled = py.detach(|| {
+        let _rt = runtime::handle().enter();
+        let mut cx = Context::from_waker(Waker::noop());
+        match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(o) => Ok(o),
+            Poll::Pending => Err(fut),
+        }
+    });
+    match polled {
+        Ok(o) => finish(py, o),
+        Err(fut) => pending(py, Work::Future(fut)),
+    }
+}
+
+/// A call that blocks (SQLite, opening a store): always a `Pending`, run on
+/// the core runtime's blocking pool.
+pub fn run_blocking<F>(py: Python<'_>, f: F) -> PyResult<Py<PyAny>>
+where
+    F: FnOnce() -> Outcome + Send + 'static,
+{
+    pending(py, Work::Blocking(Box::new(f)))
+}
+
+fn pending(py: Python<'_>, work: Work) -> PyResult<Py<PyAny>> {
+    Ok(Py::new(py, Pending { work: Mutex::new(Some(work)) })?.into_any())
+}
+
+struct Shared {
+    done: Mutex<Vec<(u64, Outcome)>>,
+    signalled: AtomicBool,
+    bell: UnixStream,
+    next: AtomicU64,
+    running: Mutex<HashMap<u64, tokio::task::AbortHandle>>,
+}
+
+impl Shared {
+    fn push(&self, id: u64, o: Outcome) {
+        self.running.lock().remove(&id);
+        self.done.lock().push((id, o));
+        if !self.signalled.swap(true, Ordering::AcqRel) {
+            // Non-blocking; a full socket already has a byte for the loop.
+            let _ = (&self.bell).write(&[1]);
+        }
+    }
+}
+
+/// Runs pending calls for one event loop and gives their outcomes back to it.
+///
+/// The loop watches `fileno()` for reading (`loop.add_reader`) and calls
+/// `drain()` when it is readable.
+#[pyclass(frozen, module = "tinystore._native")]
+pub struct Completer {
+    shared: Arc<Shared>,
+    wake: UnixStream,
+}
+
+#[pymethods]
+impl Completer {
+    #[new]
+    fn new(py: Python<'_>) -> PyResult<Self> {
+        let (wake, bell) = UnixStream::pair().map_err(|e| error::to_py(py, io_error(e)))?;
+        wake.set_nonblocking(true).and_then(|_| bell.set_nonblocking(true)).map_err(|e| error::to_py(py, io_error(e)))?;
+        Ok(Completer {
+            shared: Arc::new(Shared {
+                done: Mutex::new(Vec::new()),
+                signalled: AtomicBool::new(false),
+                bell,
+                next: AtomicU64::new(1),
+                running: Mutex::new(HashMap::new()),
+            }),
+            wake,
+        })
+    }
+
+    /// The file descriptor the loop watches for reading.
+    fn fileno(&self) -> i32 {
+        self.wake.as_raw_fd()
+    }
+
+    /// Starts `pending`; its outcome comes out of `drain` under the id returned.
+    fn start(&self, py: Python<'_>, pending: &Bound<'_, Pending>) -> PyResult<u64> {
+        let Some(work) = pending.get().work.lock().take() else {
+            return Err(PyRuntimeError::new_err("this call was already started"));
+        };
+        let id = self.shared.next.fetch_add(1, Ordering::Relaxed);
+        let shared = self.shared.clone();
+        py.detach(move || match work {
+            Work::Future(fut) => {
+                let mut running = shared.running.lock();
+                let s = shared.clone();
+                let task = runtime::spawn(async move { s.push(id, fut.await) });
+                running.insert(id, task.abort_handle());
+            }
+            Work::Blocking(f) => {
+                runtime::handle().spawn_blocking(move || shared.push(id, f()));
+            }
+        });
+        Ok(id)
+    }
+
+    /// Abandons the call `id` (its asyncio future was cancelled): a waiter
+    /// leaves the queue; a lease granted meanwhile is let go when dropped.
+    fn cancel(&self, py: Python<'_>, id: u64) {
+        let task = self.shared.running.lock().remove(&id);
+        if let Some(t) = task {
+            py.detach(move || t.abort());
+        }
+    }
+
+    /// The outcomes ready now, as `(id, ok, value or exception)`.
+    fn drain(&self, py: Python<'_>) -> Vec<(u64, bool, Py<PyAny>)> {
+        self.shared.signalled.store(false, Ordering::Release);
+        let mut buf = [0u8; 64];
+        while matches!((&self.wake).read(&mut buf), Ok(n) if n > 0) {}
+        let done = std::mem::take(&mut *self.shared.done.lock());
+        done.into_iter()
+            .map(|(id, o)| match finish(py, o) {
+                Ok(v) => (id, true, v),
+                Err(e) => (id, false, e.into_value(py).into_any()),
+            })
+            .collect()
+    }
+}
+
+fn io_error(e: std::io::Error) -> tinystore::Error {
+    tinystore::Error::new(tinystore::ErrorKind::Io, format!("could not make the event loop's wake-up socket: {e}"))
+}

@@ -1,0 +1,132 @@
+//! Opening a store, and the store's handles: branches, locks, databases.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use tinystore::locks::LockOptions;
+use tinystore::{Key, Store};
+
+use crate::channels::NativeBranch;
+use crate::locks::NativeLock;
+use crate::pending::{run_blocking, value};
+use crate::sql::NativeDatabase;
+use crate::{convert, error};
+
+/// A store, owned by this process or connected to another.
+#[pyclass(frozen, module = "tinystore._native")]
+pub struct NativeStore {
+    pub store: Store,
+}
+
+/// Opens (making it if needed) the store directory `dir`: a `Pending`.
+#[pyfunction]
+pub fn open(py: Python<'_>, dir: PathBuf) -> PyResult<Py<PyAny>> {
+    run_blocking(py, move || Store::open(dir).map(|store| value(NativeStore { store })))
+}
+
+/// Connects to a store served at `address`: a `Pending`.
+#[pyfunction]
+pub fn connect(py: Python<'_>, address: String) -> PyResult<Py<PyAny>> {
+    run_blocking(py, move || Store::connect(&address).map(|store| value(NativeStore { store })))
+}
+
+#[pymethods]
+impl NativeStore {
+    /// Closes the store (idempotent).
+    fn close(&self, py: Python<'_>) {
+        let store = self.store.clone();
+        py.detach(move || store.close());
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.store.is_closed()
+    }
+
+    #[getter]
+    fn epoch(&self) -> u64 {
+        self.store.epoch()
+    }
+
+    #[getter]
+    fn dir(&self) -> PathBuf {
+        self.store.dir().to_path_buf()
+    }
+
+    /// `status()` as JSON text.
+    fn status_json(&self, py: Python<'_>) -> PyResult<String> {
+        let status = self.store.status();
+        error::check(py, serde_json::to_string(&status).map_err(tinystore::Error::from))
+    }
+
+    /// The branch `keys` of `channel` (the root for no keys); checks the name and keys.
+    #[pyo3(signature = (channel, *keys))]
+    fn branch(&self, py: Python<'_>, channel: &str, keys: &Bound<'_, PyTuple>) -> PyResult<NativeBranch> {
+        error::check(py, tinystore::limits::check_name("channel", channel))?;
+        let keys = keys.iter().map(|k| convert::key(&k)).collect::<PyResult<Vec<Key>>>()?;
+        Ok(NativeBranch::new(self.store.clone(), Arc::from(channel), keys))
+    }
+
+    /// A lock (`limit` None) or a semaphore (`limit` permits): checks the
+    /// name, the durations (core defaults where None) and the kind.
+    #[pyo3(signature = (name, limit=None, ttl=None, max_hold=None, wait=None))]
+    fn lock(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        limit: Option<u32>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        max_hold: Option<&Bound<'_, PyAny>>,
+        wait: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<NativeLock> {
+        let d = LockOptions::default();
+        let opts = LockOptions {
+            ttl: convert::opt_duration(ttl)?.unwrap_or(d.ttl),
+            max_hold: convert::opt_duration(max_hold)?,
+            wait: convert::opt_duration(wait)?.unwrap_or(d.wait),
+        };
+        // The core's builders check the name, the durations and the limit.
+        let raw = match limit {
+            None => {
+                let mut b = self.store.lock(name).ttl(opts.ttl).wait(opts.wait);
+                if let Some(m) = opts.max_hold {
+                    b = b.max_hold(m);
+                }
+                error::check(py, b.open())?.raw().clone()
+            }
+            Some(limit) => {
+                let mut b = self.store.semaphore(name).limit(limit).ttl(opts.ttl).wait(opts.wait);
+                if let Some(m) = opts.max_hold {
+                    b = b.max_hold(m);
+                }
+                error::check(py, b.open())?.raw().clone()
+            }
+        };
+        Ok(NativeLock::new(raw, opts))
+    }
+
+    /// Opens the database `<dir>/<name>.db`, applying `migrations`: a `Pending`.
+    #[pyo3(signature = (name, migrations=None, busy_timeout=None))]
+    fn database(
+        &self,
+        py: Python<'_>,
+        name: String,
+        migrations: Option<PathBuf>,
+        busy_timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let busy = convert::opt_duration(busy_timeout)?;
+        let store = self.store.clone();
+        run_blocking(py, move || {
+            let mut b = store.database(&name);
+            if let Some(m) = migrations {
+                b = b.migrations(m);
+            }
+            if let Some(t) = busy {
+                b = b.busy_timeout(t);
+            }
+            b.open().map(|db| value(NativeDatabase { db }))
+        })
+    }
+}

@@ -1,0 +1,375 @@
+"""Channels from Python: CHAN-01, CHAN-02, CHAN-03, CHAN-05, CHAN-06, CHAN-07,
+and the scenarios C1, C13, C16."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+import pytest
+
+import tinystore
+from conftest import MIGRATIONS, until
+
+LOG = 1024  # a branch keeps its newest 1,024 messages
+
+
+async def test_chan_01_every_message_after_subscribe_arrives_in_publish_order(store: tinystore.Store) -> None:
+    branch = store.channel("orders").under("a")
+    got: List[Any] = []
+    seqs: List[int] = []
+    in_handler = 0
+    most_in_handler = 0
+
+    async def handler(m: tinystore.Message[Any]) -> None:
+        nonlocal in_handler, most_in_handler
+        in_handler += 1
+        most_in_handler = max(most_in_handler, in_handler)
+        await asyncio.sleep(0)  # an async handler is awaited before the next message
+        got.append(m.value)
+        seqs.append(m.seq)
+        in_handler -= 1
+
+    sub = await branch.subscribe(handler)
+
+    async def publisher(task: int) -> None:
+        for i in range(150):
+            await branch.publish({"task": task, "i": i})
+            if i % 10 == 0:
+                await asyncio.sleep(0)
+
+    await asyncio.gather(*(publisher(t) for t in range(4)))
+    await until(lambda: len(got) == 600, what="600 messages")
+    for t in range(4):
+        assert [g["i"] for g in got if g["task"] == t] == list(range(150))
+    assert seqs == list(range(1, 601))
+    assert most_in_handler == 1
+    await sub.stop()
+
+
+async def test_chan_01_pipelined_publishes_keep_their_order(store: tinystore.Store) -> None:
+    branch = store.channel("orders").under("pipelined")
+    got: List[int] = []
+    sub = await branch.subscribe(lambda m: got.append(m.value))
+    await asyncio.gather(*(branch.publish(i) for i in range(500)))  # all in flight at once
+    await until(lambda: len(got) == 500, what="500 messages")
+    assert got == list(range(500))
+    await sub.stop()
+
+
+async def test_chan_01_dataclasses_nested_lists_and_optionals_arrive_as_their_type(store: tinystore.Store) -> None:
+    @dataclass
+    class Author:
+        name: str
+        tags: List[str] = field(default_factory=list)
+
+    @dataclass
+    class Post:
+        id: int
+        author: Author
+        replies: List[Author]
+        edited: Optional[Author] = None
+        score: float = 0.0
+
+    posts = store.channel("posts", Post)
+    got: List[Post] = []
+    sub = await posts.under(1).subscribe(lambda m: got.append(m.value))
+    sent = [
+        Post(id=1, author=Author("ana", ["a"]), replies=[Author("bo"), Author("cy", ["x", "y"])]),
+        Post(id=2, author=Author("bo"), replies=[], edited=Author("bo", ["late"]), score=3),
+    ]
+    for p in sent:
+        await posts.under(1).publish(p)
+    await until(lambda: len(got) == 2)
+    assert got == sent
+    assert isinstance(got[1].score, float) and isinstance(got[1].edited, Author)
+    await sub.stop()
+
+
+async def test_chan_02_publisher_never_waits_and_a_frozen_reader_is_told_the_exact_count(store: tinystore.Store) -> None:
+    branch = store.channel("busy").under(7)
+    frozen = await branch.messages()  # subscribed, and never read while publishing
+    total = LOG + 2500
+    started = time.monotonic()
+    for i in range(total):
+        await branch.publish(i)
+    took = time.monotonic() - started
+    assert took < 5, f"publishing {total} messages with a frozen reader took {took:.1f}s"
+
+    first = await frozen.__anext__()
+    assert first == tinystore.Missed(total - LOG, "behind")
+    rest = [await frozen.__anext__() for _ in range(LOG)]
+    # then it goes on from the oldest message still in the log
+    assert [m.value for m in rest] == list(range(total - LOG, total))
+    assert rest[0].seq == total - LOG + 1
+    await frozen.aclose()
+
+
+async def test_c1_lag_is_not_the_end_one_on_missed_with_count_n_then_the_next_message(store: tinystore.Store) -> None:
+    branch = store.channel("lag").under("chat")
+    n = 37
+    release = asyncio.Event()
+    seen: List[Any] = []
+
+    async def handler(m: tinystore.Message[int]) -> None:
+        seen.append(m.value)
+        if m.value == 0:
+            await release.wait()  # the handler blocks
+
+    sub = await branch.subscribe(handler, on_missed=seen.append)
+    await branch.publish(0)
+    await until(lambda: seen == [0], what="the handler to block on message 0")
+    for i in range(1, LOG + n + 1):
+        await branch.publish(i)
+    release.set()
+    await until(lambda: len(seen) == 2 + LOG, what="the missed count and the log")
+    assert seen[1] == tinystore.Missed(n, "behind")
+    assert [x for x in seen if isinstance(x, tinystore.Missed)] == [tinystore.Missed(n, "behind")]
+    assert seen[2:] == list(range(n + 1, LOG + n + 1))
+    await branch.publish("still here")  # the subscription lives on
+    await until(lambda: seen[-1] == "still here")
+    await sub.stop()
+
+
+async def test_chan_03_a_transaction_publishes_at_commit_and_a_reader_can_read_what_it_announces(store: tinystore.Store) -> None:
+    db = await store.database("chat", migrations=MIGRATIONS)
+    events = store.channel("chat-events")
+    await db.exec("insert into chats (id) values (?)", 1)
+    seen: List[Any] = []
+
+    async def handler(m: tinystore.Message[Any]) -> None:
+        rows = await db.query("select text from messages where id = ?", m.value["id"])
+        seen.append((m.value["n"], rows))
+
+    sub = await events.under(1).subscribe(handler)
+
+    async def save(tx: tinystore.SqlTx) -> None:
+        reply = await tx.exec(
+            "insert into messages (chat_id, role, text, created_at) values (?, 'assistant', ?, ?)", 1, "hello", 0
+        )
+        await tx.with_(events).under(1).publish({"id": reply.last_insert_rowid, "n": 1})
+        await tx.with_(events).under(1).publish({"id": reply.last_insert_rowid, "n": 2})
+        await asyncio.sleep(0.05)
+        assert seen == []  # nothing before the commit
+
+    await db.tx(save)
+    await until(lambda: len(seen) == 2)
+    assert seen == [(1, [{"text": "hello"}]), (2, [{"text": "hello"}])]
+    await sub.stop()
+
+
+async def test_chan_03_a_rollback_drops_what_the_transaction_published(store: tinystore.Store) -> None:
+    db = await store.database("chat", migrations=MIGRATIONS)
+    events = store.channel("chat-events")
+    got: List[Any] = []
+    sub = await events.under(2).subscribe(lambda m: got.append(m.value))
+
+    async def failing(tx: tinystore.SqlTx) -> None:
+        await tx.exec("insert into chats (id) values (?)", 2)
+        await tx.with_(events).under(2).publish("rolled back")
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):  # the function's own error, unchanged
+        await db.tx(failing)
+    assert await db.query("select id from chats where id = 2") == []
+    await events.under(2).publish("probe")
+    await until(lambda: got == ["probe"])
+    await sub.stop()
+
+
+async def test_chan_05_stop_from_inside_the_handler_twice_and_after_close(stores: Any) -> None:
+    store = await stores.open()
+    branch = store.channel("stops").under(1)
+    got: List[int] = []
+    sub: Optional[tinystore.Subscription[int]] = None
+
+    async def handler(m: tinystore.Message[int]) -> None:
+        got.append(m.value)
+        assert sub is not None
+        await sub.stop()  # from inside the handler
+        await sub.stop()
+
+    sub = await branch.subscribe(handler)
+    for i in range(10):
+        await branch.publish(i)
+    await until(lambda: not sub.active)
+    await asyncio.sleep(0.05)
+    assert got == [0]
+
+    other = await branch.subscribe(lambda m: None)
+    await store.close()  # closing the store stops its subscriptions
+    await asyncio.wait_for(other.wait(), 5)
+    assert not other.active
+    await other.stop()  # after the store closed: no error
+    with pytest.raises(tinystore.ClosedError):
+        await branch.publish(1)
+
+
+async def test_c16_stop_means_stop_no_handler_call_starts_after_stop_returned(store: tinystore.Store) -> None:
+    branch = store.channel("firehose").under(1)
+    for stop_from_thread in (False, True):
+        calls = 0
+        after_stop = 0
+        stopped = False
+        done = False
+
+        def handler(m: tinystore.Message[int]) -> None:
+            nonlocal calls, after_stop
+            calls += 1
+            if stopped:
+                after_stop += 1
+
+        sub = await branch.subscribe(handler)
+
+        async def publish_continuously() -> None:
+            i = 0
+            while not done:
+                await branch.publish(i)
+                i += 1
+                if i % 8 == 0:
+                    await asyncio.sleep(0)
+
+        publisher = asyncio.ensure_future(publish_continuously())
+        await until(lambda: calls >= 200, what="200 handler calls")
+        if stop_from_thread:
+            loop = asyncio.get_running_loop()
+
+            def stop_in_thread() -> None:
+                nonlocal stopped
+                asyncio.run_coroutine_threadsafe(sub.stop(), loop).result()
+                stopped = True
+
+            await asyncio.to_thread(stop_in_thread) if hasattr(asyncio, "to_thread") else None
+        else:
+            await sub.stop()
+            stopped = True
+        await asyncio.sleep(0.2)  # keep publishing after stop
+        done = True
+        await publisher
+        assert after_stop == 0
+        assert calls >= 200
+
+
+async def test_chan_06_a_branch_gets_only_its_messages_and_7_and_str_7_are_one_branch(store: tinystore.Store) -> None:
+    ch = store.channel("rooms")
+    seven: List[Any] = []
+    everything: List[Any] = []
+    sub7 = await ch.under(7).subscribe(lambda m: seven.append((m.branch, m.value)))
+    all_ = await ch.subscribe(lambda m: everything.append((m.branch, m.value)), recursive=True)
+    await ch.under(7).publish("int")
+    await ch.under("7").publish("str")
+    await ch.under(8).publish("other")
+    await ch.under(7).under("x").publish("below")
+    await ch.publish("root")
+    await until(lambda: len(everything) == 5)
+    await asyncio.sleep(0.02)
+    assert seven == [(("7",), "int"), (("7",), "str")]
+    assert sorted(everything) == sorted(
+        [(("7",), "int"), (("7",), "str"), (("8",), "other"), (("7", "x"), "below"), ((), "root")]
+    )
+    assert ch.under(7).path == ("7",) and ch.under("07").path == ("07",)
+    await sub7.stop()
+    await all_.stop()
+
+
+async def test_chan_06_keys_out_of_rule_are_refused_when_the_branch_is_made(store: tinystore.Store) -> None:
+    ch = store.channel("rooms")
+    with pytest.raises(tinystore.InvalidError):
+        ch.under("")
+    with pytest.raises(ValueError):
+        ch.under("k" * 1025)
+    ch.under("k" * 1024)
+    with pytest.raises(TypeError):
+        ch.under(1.5)  # type: ignore[arg-type]
+
+
+async def test_chan_07_c13_a_message_over_1_mib_is_refused_and_nothing_is_published(store: tinystore.Store) -> None:
+    branch = store.channel("big").under(1)
+    got: List[tinystore.Message[str]] = []
+    sub = await branch.subscribe(got.append)
+    exactly = "a" * ((1 << 20) - 2)  # with its two quotes, 1 MiB of JSON
+    with pytest.raises(tinystore.LimitError, match="1 MiB"):
+        await branch.publish(exactly + "a")
+    await branch.publish(exactly)
+    await branch.publish("small")
+    await until(lambda: len(got) == 2)
+    assert [len(m.value) for m in got] == [len(exactly), 5]
+    assert [m.seq for m in got] == [1, 2]  # the refused one took no place
+    await sub.stop()
+
+
+async def test_a_handler_that_raises_goes_to_on_error_and_the_subscription_goes_on(store: tinystore.Store) -> None:
+    branch = store.channel("errors").under(1)
+    got: List[int] = []
+    errors: List[BaseException] = []
+
+    def handler(m: tinystore.Message[int]) -> None:
+        if m.value == 1:
+            raise KeyError("one")
+        got.append(m.value)
+
+    sub = await branch.subscribe(handler, on_error=errors.append)
+    for i in range(3):
+        await branch.publish(i)
+    await until(lambda: got == [0, 2])
+    assert len(errors) == 1 and isinstance(errors[0], KeyError)
+    await sub.stop()
+
+
+async def test_a_handler_error_without_on_error_reaches_the_loops_exception_handler(store: tinystore.Store) -> None:
+    branch = store.channel("errors").under(2)
+    reported: List[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: reported.append(ctx))
+    got: List[int] = []
+
+    def handler(m: tinystore.Message[int]) -> None:
+        if m.value == 0:
+            raise ValueError("zero")
+        got.append(m.value)
+
+    sub = await branch.subscribe(handler)
+    await branch.publish(0)
+    await branch.publish(1)
+    await until(lambda: got == [1])
+    assert len(reported) == 1 and isinstance(reported[0]["exception"], ValueError)
+    await sub.stop()
+
+
+async def test_async_for_reads_a_branch_in_order(store: tinystore.Store) -> None:
+    branch = store.channel("iter").under(3)
+    msgs = await branch.messages()
+    for i in range(5):
+        await branch.publish({"i": i})
+    got = []
+    async for m in msgs:
+        assert isinstance(m, tinystore.Message)
+        got.append(m.value["i"])
+        if len(got) == 5:
+            break
+    assert got == list(range(5))
+    await msgs.aclose()
+
+    async def reader() -> List[Any]:
+        out = []
+        async for m in branch:  # subscribes at the first step
+            out.append(m.value)
+            if m.value == "last":
+                return out
+        return out
+
+    task = asyncio.ensure_future(reader())
+    await until(lambda: store.status()["subscriptions"] >= 1, what="the iterator to subscribe")
+    await branch.publish("first")
+    await branch.publish("last")
+    assert await asyncio.wait_for(task, 5) == ["first", "last"]
+
+
+async def test_a_value_json_cannot_carry_is_refused_before_publishing(store: tinystore.Store) -> None:
+    branch = store.channel("values").under(1)
+    with pytest.raises(TypeError):
+        await branch.publish(object())
+    with pytest.raises(ValueError):
+        await branch.publish(float("nan"))
