@@ -1,0 +1,135 @@
+package channels
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+
+	"tinystore"
+	"tinystore/internal/native"
+	"tinystore/sqldb"
+)
+
+// Branch is a branch of a channel: the messages published under its keys.
+// Safe for concurrent use; cheap to make.
+type Branch[T any] struct {
+	store   *tinystore.Store
+	n       *native.Store
+	channel string
+	keys    []any
+	err     error
+}
+
+func under(keys []any, key any) ([]any, error) {
+	return append(slices.Clip(keys), key), native.CheckKey(key)
+}
+
+// Under is the branch key below this one; keys as for [Channel.Under].
+func (b *Branch[T]) Under(key any) *Branch[T] {
+	keys, err := under(b.keys, key)
+	if b.err != nil {
+		err = b.err
+	}
+	return &Branch[T]{store: b.store, n: b.n, channel: b.channel, keys: keys, err: err}
+}
+
+func encode[T any](v T) ([]byte, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, native.Invalid("a value could not be converted to JSON: %v", err)
+	}
+	return data, nil
+}
+
+// Publish publishes v (as JSON) to the branch. It returns once the store
+// has the message and never waits for a subscriber (CHAN-02). Messages
+// published one after another reach each subscriber in that order.
+//
+// Errors: [tinystore.ErrLimit] when v's JSON is over 1 MiB (nothing is
+// published), [tinystore.ErrInvalid] for a key out of rule or a value JSON
+// cannot carry, [tinystore.ErrClosed], ctx.Err().
+func (b *Branch[T]) Publish(ctx context.Context, v T) error {
+	if b.err != nil {
+		return b.err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	data, err := encode(v)
+	if err != nil {
+		return err
+	}
+	return b.n.Publish(ctx, b.channel, b.keys, data)
+}
+
+// Subscribe calls handler with each message published to the branch after
+// Subscribe returns, in publish order, one at a time: the next call starts
+// when the previous one returned (CHAN-01). It runs in a goroutine of its
+// own, with a ctx that is cancelled when the subscription stops.
+//
+// A handler's error goes to OnError (by default, the log) and the
+// subscription goes on. A subscriber too slow for the branch's log (1,024
+// messages or 4 MiB) is told how many it missed, exactly, through OnMissed
+// before its next message (CHAN-02).
+//
+// The subscription lasts until [Subscription.Stop], until ctx is done, or
+// until the store closes; [Subscription.Done] tells when it ended.
+//
+// Errors: [tinystore.ErrLimit] (the store has 10,000 subscriptions),
+// [tinystore.ErrInvalid], [tinystore.ErrClosed], ctx.Err().
+func (b *Branch[T]) Subscribe(ctx context.Context, handler func(ctx context.Context, m Message[T]) error, opts ...SubscribeOption) (*Subscription, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if handler == nil {
+		return nil, native.Invalid("Subscribe needs a handler; got nil")
+	}
+	o := subscribeOptions{}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return subscribe(ctx, b, handler, o)
+}
+
+// TxBranch is a branch of a channel inside a SQL transaction: see [Channel.In].
+type TxBranch[T any] struct {
+	tx      *sqldb.Tx
+	channel string
+	keys    []any
+	err     error
+}
+
+// Under is the branch key below this one; keys as for [Channel.Under].
+func (b *TxBranch[T]) Under(key any) *TxBranch[T] {
+	keys, err := under(b.keys, key)
+	if b.err != nil {
+		err = b.err
+	}
+	return &TxBranch[T]{tx: b.tx, channel: b.channel, keys: keys, err: err}
+}
+
+// Publish holds v for the branch until the transaction commits; a rollback
+// (or an error returned by the transaction's function) drops it (CHAN-03).
+//
+// Errors, checked now: [tinystore.ErrLimit] (over 1 MiB),
+// [tinystore.ErrInvalid] (a key out of rule, the transaction already ended).
+func (b *TxBranch[T]) Publish(ctx context.Context, v T) error {
+	if b.err != nil {
+		return b.err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tx := native.TxOf(b.tx)
+	if tx == nil {
+		return native.Invalid("In needs the transaction its function was given; got nil")
+	}
+	data, err := encode(v)
+	if err != nil {
+		return err
+	}
+	return tx.Publish(b.channel, b.keys, data)
+}

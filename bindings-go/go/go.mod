@@ -1,0 +1,3 @@
+module tinystore
+
+go 1.26

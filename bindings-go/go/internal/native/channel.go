@@ -1,0 +1,135 @@
+package native
+
+/*
+#include "tinystore.h"
+*/
+import "C"
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+// CheckChannel checks a channel handle can be made: name in rule, store open.
+func (s *Store) CheckChannel(name string) error {
+	var e *C.TsError
+	p, n := ptr(name)
+	err := result(nil, C.ts_channel_check(s.p, p, n, &e), e)
+	runtime.KeepAlive(s)
+	return err
+}
+
+// Publish publishes data (JSON) to the branch keys of channel.
+func (s *Store) Publish(ctx context.Context, channel string, keys []any, data []byte) error {
+	kv, err := keyValues(keys)
+	if err != nil {
+		return err
+	}
+	var e *C.TsError
+	cp, cn := ptr(channel)
+	vp, vn, bp, bn := kv.ptrs()
+	dp, dn := bptr(data)
+	cancel, free := cancelFor(ctx)
+	rc := C.ts_publish(s.p, cp, cn, vp, vn, bp, bn, dp, dn, cancel, &e)
+	free()
+	runtime.KeepAlive(s)
+	return result(ctx, rc, e)
+}
+
+// Event is what a subscription reads: a message, or word of missed ones.
+type Event struct {
+	Missed bool
+	// A message's.
+	Seq    uint64
+	Data   []byte
+	Branch []string
+	// Missed's.
+	Known  bool
+	Count  uint64
+	Reason string
+}
+
+// Sub is a subscription, read by one goroutine with Next; Stop may come
+// from any goroutine.
+type Sub struct {
+	mu    sync.Mutex
+	p     *C.TsSub
+	store *Store
+}
+
+// Subscribe subscribes to the branch keys of channel; token is pushed on
+// the completion queue when the subscription has something to read.
+func (s *Store) Subscribe(ctx context.Context, channel string, keys []any, recursive bool, token uint64) (*Sub, error) {
+	kv, err := keyValues(keys)
+	if err != nil {
+		return nil, err
+	}
+	var e *C.TsError
+	var p *C.TsSub
+	cp, cn := ptr(channel)
+	vp, vn, bp, bn := kv.ptrs()
+	rec := C.uint8_t(0)
+	if recursive {
+		rec = 1
+	}
+	cancel, free := cancelFor(ctx)
+	rc := C.ts_subscribe(s.p, cp, cn, vp, vn, bp, bn, rec, C.uint64_t(token), cancel, &p, &e)
+	free()
+	runtime.KeepAlive(s)
+	if err := result(ctx, rc, e); err != nil {
+		return nil, err
+	}
+	return &Sub{p: p, store: s}, nil
+}
+
+// Next takes up to max events ready now. When none is, the subscription's
+// token is pushed once one is. ended is true once nothing more will come.
+func (s *Sub) Next(max int) (events []Event, ended bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.p == nil {
+		return nil, true, nil
+	}
+	var e *C.TsError
+	var evs *C.TsEvent
+	var n C.size_t
+	var end C.uint8_t
+	if err := result(nil, C.ts_sub_next(s.p, C.size_t(max), &evs, &n, &end, &e), e); err != nil {
+		return nil, false, err
+	}
+	for _, ev := range unsafe.Slice(evs, int(n)) {
+		if ev.kind == C.TS_EVENT_MISSED {
+			events = append(events, Event{Missed: true, Known: ev.count_known != 0, Count: uint64(ev.count), Reason: goString(ev.reason)})
+			continue
+		}
+		var branch []string
+		if ev.branch_len > 0 {
+			for _, k := range unsafe.Slice(ev.branch, int(ev.branch_len)) {
+				branch = append(branch, goString(k))
+			}
+		}
+		events = append(events, Event{Seq: uint64(ev.seq), Data: goBytes(ev.data), Branch: branch})
+	}
+	return events, end != 0, nil
+}
+
+// Stop stops the subscription; idempotent, any goroutine.
+func (s *Sub) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.p != nil {
+		C.ts_sub_stop(s.p)
+	}
+}
+
+// Free stops and frees the subscription; Next then reports it ended.
+func (s *Sub) Free() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.p != nil {
+		C.ts_sub_free(s.p)
+		s.p = nil
+	}
+}

@@ -1,0 +1,45 @@
+package native
+
+/*
+#include "tinystore.h"
+*/
+import "C"
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// The completion queue's Go side: tokens name functions to run when the
+// library pushes them. One goroutine waits in ts_hub_wait for the whole
+// process, however many subscriptions and leases there are; the functions
+// it runs must not block (they signal a channel or cancel a context).
+var hub struct {
+	once  sync.Once
+	next  atomic.Uint64
+	funcs sync.Map // uint64 -> func()
+}
+
+// Register gives a fresh token that runs f each time the library pushes it,
+// until Unregister.
+func Register(f func()) uint64 {
+	hub.once.Do(func() { go drain() })
+	t := hub.next.Add(1)
+	hub.funcs.Store(t, f)
+	return t
+}
+
+// Unregister forgets token t; a late push of it is ignored.
+func Unregister(t uint64) { hub.funcs.Delete(t) }
+
+func drain() {
+	buf := make([]C.uint64_t, 256)
+	for {
+		n := int(C.ts_hub_wait(&buf[0], C.size_t(len(buf)), -1))
+		for _, t := range buf[:n] {
+			if f, ok := hub.funcs.Load(uint64(t)); ok {
+				f.(func())()
+			}
+		}
+	}
+}

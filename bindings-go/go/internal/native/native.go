@@ -1,0 +1,90 @@
+// Package native is the only package of this module that speaks cgo: it
+// turns each call of the public packages into one call of the C ABI in
+// include/tinystore.h (the Rust crate bindings-go, linked as a static
+// library) and back. It holds no engine logic.
+//
+// Rules it keeps: no Go pointer is kept by C after a call returns, and C
+// never calls into Go: what happens later (a subscription has something to
+// read, a lease was lost) comes back as a token on the completion queue,
+// which one goroutine drains (hub.go).
+package native
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../../../include
+#cgo LDFLAGS: ${SRCDIR}/../../../../target/debug/libtinystore_go.a -lm -ldl -lpthread
+#include <stdlib.h>
+#include "tinystore.h"
+*/
+import "C"
+
+import (
+	"context"
+	"unsafe"
+)
+
+// ptr gives the bytes of s as C takes them (pointer and length); the
+// memory stays Go's and holds no pointers, as cgo requires.
+func ptr(s string) (*C.uint8_t, C.size_t) {
+	return (*C.uint8_t)(unsafe.Pointer(unsafe.StringData(s))), C.size_t(len(s))
+}
+
+// bptr is ptr for a byte slice.
+func bptr(b []byte) (*C.uint8_t, C.size_t) {
+	return (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(b))), C.size_t(len(b))
+}
+
+// goBytes copies n bytes at p.
+func goBytes(s C.TsStr) []byte {
+	if s.len == 0 {
+		return nil
+	}
+	return C.GoBytes(unsafe.Pointer(s.ptr), C.int(s.len))
+}
+
+// goString copies the text at s.
+func goString(s C.TsStr) string {
+	if s.len == 0 {
+		return ""
+	}
+	return C.GoStringN((*C.char)(unsafe.Pointer(s.ptr)), C.int(s.len))
+}
+
+// cancelFor gives a cancel switch that fires when ctx is done (nil when ctx
+// can never be), and the function that frees it once the call returned.
+func cancelFor(ctx context.Context) (*C.TsCancel, func()) {
+	if ctx.Done() == nil {
+		return nil, func() {}
+	}
+	c := C.ts_cancel_new()
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		C.ts_cancel_fire(c)
+		close(fired)
+	})
+	return c, func() {
+		if !stop() {
+			<-fired
+		}
+		C.ts_cancel_free(c)
+	}
+}
+
+// result turns a call's status and error into a Go error; the code
+// "cancelled" becomes ctx's own error.
+func result(ctx context.Context, rc C.int32_t, e *C.TsError) error {
+	if rc == C.TS_OK {
+		return nil
+	}
+	if e == nil {
+		return newError("internal", "a call failed without saying why: please report it")
+	}
+	code, msg := C.GoString(e.code), C.GoString(e.message)
+	C.ts_error_free(e)
+	if code == "cancelled" && ctx != nil {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return context.Canceled
+	}
+	return newError(code, msg)
+}

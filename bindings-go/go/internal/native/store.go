@@ -1,0 +1,74 @@
+package native
+
+/*
+#include "tinystore.h"
+*/
+import "C"
+
+import (
+	"context"
+	"runtime"
+)
+
+// Store is a store handle. The C handle is freed when the Store is garbage;
+// Close closes the store itself (the handle stays valid).
+type Store struct {
+	p *C.TsStore
+}
+
+func newStore(p *C.TsStore) *Store {
+	s := &Store{p: p}
+	runtime.AddCleanup(s, func(p *C.TsStore) { C.ts_store_free(p) }, p)
+	return s
+}
+
+// OpenStore owns the store directory dir.
+func OpenStore(dir string) (*Store, error) {
+	var p *C.TsStore
+	var e *C.TsError
+	d, n := ptr(dir)
+	if err := result(nil, C.ts_store_open(d, n, &p, &e), e); err != nil {
+		return nil, err
+	}
+	return newStore(p), nil
+}
+
+// ConnectStore connects to a store served at address.
+func ConnectStore(address string) (*Store, error) {
+	var p *C.TsStore
+	var e *C.TsError
+	a, n := ptr(address)
+	if err := result(nil, C.ts_store_connect(a, n, &p, &e), e); err != nil {
+		return nil, err
+	}
+	return newStore(p), nil
+}
+
+// Serve serves the store on one more address.
+func (s *Store) Serve(ctx context.Context, address string) error {
+	var e *C.TsError
+	a, n := ptr(address)
+	err := result(ctx, C.ts_store_serve(s.p, a, n, &e), e)
+	runtime.KeepAlive(s)
+	return err
+}
+
+// Close closes the store; idempotent.
+func (s *Store) Close() {
+	C.ts_store_close(s.p)
+	runtime.KeepAlive(s)
+}
+
+// Epoch is the high 64 bits of every fence this open gives.
+func (s *Store) Epoch() uint64 {
+	v := uint64(C.ts_store_epoch(s.p))
+	runtime.KeepAlive(s)
+	return v
+}
+
+// StoreOf gives the handle inside a *tinystore.Store; set by package
+// tinystore, so the other public packages reach it without exporting it.
+var StoreOf func(store any) *Store
+
+// TxOf gives the handle inside a *sqldb.Tx; set by package sqldb.
+var TxOf func(tx any) *Tx

@@ -1,0 +1,55 @@
+package locks
+
+import (
+	"context"
+
+	"tinystore/internal/native"
+)
+
+type holderKey struct{}
+
+// holderOf is the holder ctx belongs to: the one of the lease whose
+// function got ctx, or a new one.
+func holderOf(ctx context.Context) uint64 {
+	if h, ok := ctx.Value(holderKey{}).(uint64); ok {
+		return h
+	}
+	return native.UniqueHolder()
+}
+
+// hold takes key (waiting in line when wait), runs fn with a ctx cancelled
+// when the lease is lost, then lets the key go. started tells whether fn ran.
+func hold(ctx context.Context, l *native.Lock, key any, wait bool, fn func(context.Context, *native.Lease, native.Fence) error) (started bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	holder := holderOf(ctx)
+	lctx, cancel := context.WithCancelCause(context.WithValue(ctx, holderKey{}, holder))
+	defer cancel(nil)
+	token := native.Register(func() { cancel(native.ErrLost) })
+	defer native.Unregister(token)
+
+	var lease *native.Lease
+	var fence native.Fence
+	if wait {
+		lease, fence, err = l.Hold(ctx, key, holder, token)
+	} else {
+		lease, fence, err = l.TryHold(key, holder, token)
+	}
+	if err != nil || lease == nil {
+		return false, err
+	}
+	released := false
+	defer func() {
+		if !released { // fn panicked: let the key go, and let the panic go on
+			_ = lease.Release()
+		}
+	}()
+	fnErr := fn(lctx, lease, fence)
+	released = true
+	relErr := lease.Release()
+	if fnErr != nil {
+		return true, fnErr
+	}
+	return true, relErr
+}

@@ -1,0 +1,225 @@
+//! Channels: publish, and subscriptions read by pulling, woken through the
+//! completion queue.
+
+use std::sync::Mutex;
+use std::task::{Context, Poll, Waker};
+
+use tinystore::channels::{Event, RawSubscription, Scope};
+
+use crate::args::{TsStr, TsValue, Values, bytes, text};
+use crate::cancel::{TsCancel, block_on};
+use crate::error::{TsError, call, quiet};
+use crate::hub;
+use crate::store::TsStore;
+
+/// Checks a channel handle can be made: the name is in rule and the store
+/// open (`store.channel(name).open()`). Errors: `invalid`, `closed`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_channel_check(s: *const TsStore, name: *const u8, name_len: usize, err: *mut *mut TsError) -> i32 {
+    call(err, || {
+        let s = unsafe { &*s };
+        s.store.channel::<()>(unsafe { text(name, name_len) }?).open()?;
+        Ok(())
+    })
+}
+
+/// Publishes `data` (the JSON of a value) to the branch `keys` of
+/// `channel`. Errors: `invalid` (name, key), `limit` (over 1 MiB), `closed`,
+/// `cancelled`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_publish(
+    s: *const TsStore,
+    channel: *const u8,
+    channel_len: usize,
+    keys: *const TsValue,
+    nkeys: usize,
+    buf: *const u8,
+    buf_len: usize,
+    data: *const u8,
+    data_len: usize,
+    cancel: *const TsCancel,
+    err: *mut *mut TsError,
+) -> i32 {
+    call(err, || {
+        let s = unsafe { &*s };
+        let channel = unsafe { text(channel, channel_len) }?;
+        let keys = unsafe { Values::new(keys, nkeys, buf, buf_len) }.keys()?;
+        let data: Box<[u8]> = unsafe { bytes(data, data_len) }.into();
+        block_on(cancel, s.store.publish_raw(channel, &keys, data))
+    })
+}
+
+/// A subscription, read with [`ts_sub_next`].
+pub struct TsSub {
+    raw: RawSubscription,
+    waker: Waker,
+    batch: Mutex<Batch>,
+}
+
+/// The events of the last [`ts_sub_next`] and what their views point into.
+#[derive(Default)]
+struct Batch {
+    events: Vec<Event>,
+    keys: Vec<TsStr>,
+    out: Vec<TsEvent>,
+}
+
+// The raw pointers in `keys` and `out` point into `events`, owned alongside.
+unsafe impl Send for Batch {}
+
+/// A message.
+pub const TS_EVENT_MESSAGE: u8 = 0;
+/// Word of missed messages, just before the next one.
+pub const TS_EVENT_MISSED: u8 = 1;
+
+/// One event of a subscription, valid until the next [`ts_sub_next`] or
+/// [`ts_sub_free`] of its subscription.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TsEvent {
+    /// `TS_EVENT_MESSAGE` or `TS_EVENT_MISSED`.
+    pub kind: u8,
+    /// A message: its sequence number in its branch.
+    pub seq: u64,
+    /// A message: its JSON.
+    pub data: TsStr,
+    /// A message: the keys of its branch (`branch_len` of them).
+    pub branch: *const TsStr,
+    pub branch_len: usize,
+    /// Missed: 1 when `count` is known, 0 where it cannot be.
+    pub count_known: u8,
+    /// Missed: how many messages.
+    pub count: u64,
+    /// Missed: why, `behind` or `reconnect` (static text).
+    pub reason: TsStr,
+}
+
+/// Subscribes to the branch `keys` of `channel` (and every branch below it
+/// when `recursive` is 1). Returns once the store has the subscription: it
+/// gets every message published after. When it has something to read, or
+/// ends, `token` is pushed on the completion queue. Errors: `invalid`,
+/// `limit` (10,000 subscriptions), `closed`, `cancelled`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_subscribe(
+    s: *const TsStore,
+    channel: *const u8,
+    channel_len: usize,
+    keys: *const TsValue,
+    nkeys: usize,
+    buf: *const u8,
+    buf_len: usize,
+    recursive: u8,
+    token: u64,
+    cancel: *const TsCancel,
+    out: *mut *mut TsSub,
+    err: *mut *mut TsError,
+) -> i32 {
+    call(err, || {
+        let s = unsafe { &*s };
+        let channel = unsafe { text(channel, channel_len) }?;
+        let keys = unsafe { Values::new(keys, nkeys, buf, buf_len) }.keys()?;
+        let scope = if recursive != 0 { Scope::Recursive } else { Scope::Branch };
+        let raw = block_on(cancel, s.store.subscribe_raw(channel, &keys, scope, None))?;
+        let sub = TsSub { raw, waker: hub::waker(token), batch: Mutex::new(Batch::default()) };
+        unsafe { *out = Box::into_raw(Box::new(sub)) };
+        Ok(())
+    })
+}
+
+/// Takes up to `max` events that are ready now, without waiting. When none
+/// is, arms the subscription: its token is pushed on the completion queue
+/// once one is (or it ended). `*ended` is 1 once the subscription is stopped
+/// or its store closed and nothing is left to read. The events stay valid
+/// until the next call on this subscription.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_sub_next(
+    sub: *const TsSub,
+    max: usize,
+    events: *mut *const TsEvent,
+    n: *mut usize,
+    ended: *mut u8,
+    err: *mut *mut TsError,
+) -> i32 {
+    call(err, || {
+        let sub = unsafe { &*sub };
+        let mut b = sub.batch.lock().unwrap_or_else(|e| e.into_inner());
+        b.events.clear();
+        b.keys.clear();
+        b.out.clear();
+        let mut is_ended = false;
+        match sub.raw.poll_next(&mut Context::from_waker(&sub.waker)) {
+            Poll::Ready(Some(e)) => b.events.push(e),
+            Poll::Ready(None) => is_ended = true,
+            Poll::Pending => {}
+        }
+        while !b.events.is_empty() && b.events.len() < max.max(1) {
+            match sub.raw.try_next() {
+                Some(e) => b.events.push(e),
+                None => break,
+            }
+        }
+        let Batch { events: evs, keys, out } = &mut *b;
+        for e in evs.iter() {
+            if let Event::Message(m) = e {
+                keys.extend(m.branch.iter().map(|k| TsStr::of(k.as_str().as_bytes())));
+            }
+        }
+        let mut next_key = 0;
+        for e in evs.iter() {
+            out.push(match e {
+                Event::Message(m) => {
+                    let at = next_key;
+                    next_key += m.branch.len();
+                    TsEvent {
+                        kind: TS_EVENT_MESSAGE,
+                        seq: m.seq,
+                        data: TsStr::of(&m.data),
+                        branch: keys[at..].as_ptr(),
+                        branch_len: m.branch.len(),
+                        count_known: 0,
+                        count: 0,
+                        reason: TsStr::of(b""),
+                    }
+                }
+                Event::Missed(missed) => TsEvent {
+                    kind: TS_EVENT_MISSED,
+                    seq: 0,
+                    data: TsStr::of(b""),
+                    branch: std::ptr::null(),
+                    branch_len: 0,
+                    count_known: missed.count.is_some() as u8,
+                    count: missed.count.unwrap_or(0),
+                    reason: TsStr::of(missed.reason.as_str().as_bytes()),
+                },
+            });
+        }
+        unsafe {
+            *events = out.as_ptr();
+            *n = out.len();
+            *ended = is_ended as u8;
+        }
+        Ok(())
+    })
+}
+
+/// Stops the subscription: nothing more is read, and its token is pushed
+/// once more so its reader sees it ended. Any thread; idempotent.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_sub_stop(sub: *const TsSub) {
+    quiet((), || {
+        if let Some(sub) = unsafe { sub.as_ref() } {
+            sub.raw.stop();
+            sub.waker.wake_by_ref();
+        }
+    })
+}
+
+/// Stops (if needed) and frees the subscription.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_sub_free(sub: *mut TsSub) {
+    quiet((), || {
+        if !sub.is_null() {
+            drop(unsafe { Box::from_raw(sub) });
+        }
+    })
+}

@@ -1,0 +1,69 @@
+//! The completion queue: what the library has to tell its caller later (a
+//! subscription has something to read, a lease was lost) is a token pushed
+//! here, and one caller thread drains it with [`ts_hub_wait`]. Nothing calls
+//! into the caller's runtime, and no thread waits per subscription or lease.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Wake, Waker};
+use std::time::{Duration, Instant};
+
+use crate::error::quiet;
+
+struct Hub {
+    ready: Mutex<Vec<u64>>,
+    cv: Condvar,
+}
+
+static HUB: Hub = Hub { ready: Mutex::new(Vec::new()), cv: Condvar::new() };
+
+/// Pushes `token` on the completion queue.
+pub(crate) fn push(token: u64) {
+    HUB.ready.lock().unwrap_or_else(|e| e.into_inner()).push(token);
+    HUB.cv.notify_one();
+}
+
+/// A waker that pushes its token on the completion queue.
+pub(crate) fn waker(token: u64) -> Waker {
+    struct Pusher(u64);
+    impl Wake for Pusher {
+        fn wake(self: Arc<Self>) {
+            push(self.0);
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            push(self.0);
+        }
+    }
+    Waker::from(Arc::new(Pusher(token)))
+}
+
+/// Waits until tokens are on the completion queue, then moves up to `max` of
+/// them to `out` (oldest first) and returns how many. Waits at most
+/// `timeout_ms` milliseconds (forever when negative); returns 0 on timeout.
+/// A token may come more than once: the caller treats each as "look again".
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_hub_wait(out: *mut u64, max: usize, timeout_ms: i64) -> usize {
+    quiet(0, || {
+        if out.is_null() || max == 0 {
+            return 0;
+        }
+        let deadline = (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
+        let mut ready = HUB.ready.lock().unwrap_or_else(|e| e.into_inner());
+        while ready.is_empty() {
+            ready = match deadline {
+                None => HUB.cv.wait(ready).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return 0;
+                    }
+                    HUB.cv.wait_timeout(ready, left).unwrap_or_else(|e| e.into_inner()).0
+                }
+            };
+        }
+        let n = ready.len().min(max);
+        let out = unsafe { std::slice::from_raw_parts_mut(out, n) };
+        out.copy_from_slice(&ready[..n]);
+        ready.drain(..n);
+        n
+    })
+}

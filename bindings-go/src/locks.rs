@@ -1,0 +1,210 @@
+//! Locks and semaphores: holding a key, its lease and fence.
+
+use std::time::Duration;
+
+use tinystore::RawLock;
+use tinystore::locks::{Holder, Kind, LockOptions, RawLease};
+
+use crate::args::{TsValue, Values, text};
+use crate::cancel::{TsCancel, block_on};
+use crate::error::{Res, TsError, call, quiet};
+use crate::hub;
+use crate::store::TsStore;
+
+/// A fence: the store's epoch in `hi`, a count in `lo`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TsFence {
+    pub hi: u64,
+    pub lo: u64,
+}
+
+/// What a lock or semaphore handle is opened with. An option whose `has_`
+/// flag is 0 takes the core's default (ttl 30 s, wait 10 s, no maxHold).
+/// Durations in nanoseconds; a negative one counts as 0 (and is refused).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TsLockOptions {
+    pub has_ttl: u8,
+    pub ttl_ns: i64,
+    pub has_max_hold: u8,
+    pub max_hold_ns: i64,
+    pub has_wait: u8,
+    pub wait_ns: i64,
+}
+
+/// A lock or semaphore handle.
+pub struct TsLock {
+    raw: RawLock,
+    opts: LockOptions,
+}
+
+/// A lease (or a semaphore's permit), held until [`ts_lease_release`].
+pub struct TsLease {
+    raw: RawLease,
+}
+
+fn nanos(ns: i64) -> Duration {
+    Duration::from_nanos(ns.max(0) as u64)
+}
+
+/// Opens the lock `name` (`semaphore` 0) or the semaphore `name` of `limit`
+/// permits (`semaphore` 1), checking the name and options as the core's
+/// builders do. Errors: `invalid` (name, ttl outside 1 s to 1 h, a zero wait
+/// or maxHold, a limit of 0), `conflict` (the name is of another kind or
+/// limit), `closed`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_lock_open(
+    s: *const TsStore,
+    name: *const u8,
+    name_len: usize,
+    semaphore: u8,
+    limit: u32,
+    opts: *const TsLockOptions,
+    out: *mut *mut TsLock,
+    err: *mut *mut TsError,
+) -> i32 {
+    call(err, || {
+        let store = &unsafe { &*s }.store;
+        let name = unsafe { text(name, name_len) }?;
+        let o = unsafe { opts.as_ref() }.copied().unwrap_or_default();
+        let mut opts = LockOptions::default();
+        if o.has_ttl != 0 {
+            opts.ttl = nanos(o.ttl_ns);
+        }
+        if o.has_max_hold != 0 {
+            opts.max_hold = Some(nanos(o.max_hold_ns));
+        }
+        if o.has_wait != 0 {
+            opts.wait = nanos(o.wait_ns);
+        }
+        // The builders check the name, the options and the limit.
+        let kind = if semaphore != 0 {
+            let mut b = store.semaphore(name).limit(limit).ttl(opts.ttl).wait(opts.wait);
+            if let Some(m) = opts.max_hold {
+                b = b.max_hold(m);
+            }
+            b.open()?;
+            Kind::Semaphore { limit }
+        } else {
+            let mut b = store.lock(name).ttl(opts.ttl).wait(opts.wait);
+            if let Some(m) = opts.max_hold {
+                b = b.max_hold(m);
+            }
+            b.open()?;
+            Kind::Lock
+        };
+        let raw = store.lock_raw(name, kind)?;
+        unsafe { *out = Box::into_raw(Box::new(TsLock { raw, opts: opts.check()? })) };
+        Ok(())
+    })
+}
+
+/// Frees a lock handle (leases taken through it stay held until released).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_lock_free(l: *mut TsLock) {
+    quiet((), || {
+        if !l.is_null() {
+            drop(unsafe { Box::from_raw(l) });
+        }
+    })
+}
+
+/// A holder id no other call of this process got: one per logical holder.
+/// A hold of a key its holder already holds fails at once (LOCK-08).
+#[unsafe(no_mangle)]
+pub extern "C" fn ts_holder_unique() -> u64 {
+    quiet(0, || Holder::unique().0)
+}
+
+unsafe fn one_key(key: *const TsValue, buf: *const u8, buf_len: usize) -> Res<tinystore::Key> {
+    let mut keys = unsafe { Values::new(key, 1, buf, buf_len) }.keys()?;
+    Ok(keys.pop().expect("one key"))
+}
+
+unsafe fn give(lease: RawLease, lost_token: u64, out: *mut *mut TsLease, fence: *mut TsFence) {
+    if lost_token != 0 {
+        lease.on_lost(move || hub::push(lost_token));
+    }
+    let (hi, lo) = lease.fence().map_or((0, 0), |f| f.halves());
+    unsafe {
+        if !fence.is_null() {
+            *fence = TsFence { hi, lo };
+        }
+        *out = Box::into_raw(Box::new(TsLease { raw: lease }));
+    }
+}
+
+/// Takes `key` for `holder`, waiting up to the handle's `wait` in line
+/// (LOCK-03). On success `*out` is the lease and `*fence` its fence (zero
+/// for a permit); when the lease is lost (maxHold, ttl, the store closed),
+/// `lost_token` (unless 0) is pushed on the completion queue. Errors:
+/// `timeout` (nothing was taken), `conflict` (this holder already holds or
+/// waits for the key), `invalid` (key), `closed`, `cancelled` (the wait was
+/// left; nothing is held).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_lock_hold(
+    l: *const TsLock,
+    key: *const TsValue,
+    buf: *const u8,
+    buf_len: usize,
+    holder: u64,
+    lost_token: u64,
+    cancel: *const TsCancel,
+    out: *mut *mut TsLease,
+    fence: *mut TsFence,
+    err: *mut *mut TsError,
+) -> i32 {
+    call(err, || {
+        let l = unsafe { &*l };
+        let key = unsafe { one_key(key, buf, buf_len) }?;
+        let lease = block_on(cancel, l.raw.acquire(key, Holder(holder), l.opts.terms(), l.opts.wait))?;
+        unsafe { give(lease, lost_token, out, fence) };
+        Ok(())
+    })
+}
+
+/// Takes `key` for `holder` if it is free now, never waiting: `*out` is the
+/// lease, or null when the key is held. Otherwise as [`ts_lock_hold`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_lock_try_hold(
+    l: *const TsLock,
+    key: *const TsValue,
+    buf: *const u8,
+    buf_len: usize,
+    holder: u64,
+    lost_token: u64,
+    out: *mut *mut TsLease,
+    fence: *mut TsFence,
+    err: *mut *mut TsError,
+) -> i32 {
+    call(err, || {
+        let l = unsafe { &*l };
+        let key = unsafe { one_key(key, buf, buf_len) }?;
+        unsafe { *out = std::ptr::null_mut() };
+        if let Some(lease) = block_on(std::ptr::null(), l.raw.try_acquire(key, Holder(holder), l.opts.terms()))? {
+            unsafe { give(lease, lost_token, out, fence) };
+        }
+        Ok(())
+    })
+}
+
+/// 1 once the lease was lost (maxHold, ttl, the store closed).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_lease_is_lost(lease: *const TsLease) -> u8 {
+    quiet(0, || unsafe { lease.as_ref() }.is_some_and(|l| l.raw.is_lost()) as u8)
+}
+
+/// Lets the key go and frees the lease. Errors with `lost` when the lease
+/// had been lost: a release never pretends a lost lease was held (LOCK-04).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_lease_release(lease: *mut TsLease, err: *mut *mut TsError) -> i32 {
+    call(err, || {
+        if lease.is_null() {
+            return Ok(());
+        }
+        let lease = unsafe { Box::from_raw(lease) };
+        lease.raw.release()?;
+        Ok(())
+    })
+}

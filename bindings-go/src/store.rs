@@ -1,0 +1,81 @@
+//! Opening, connecting to and closing a store.
+
+use tinystore::Store;
+
+use crate::args::{invalid, text};
+use crate::error::{TsError, call, quiet};
+
+/// A store, owned by this process or connected to another's.
+pub struct TsStore {
+    pub(crate) store: Store,
+}
+
+/// Opens (creating it if needed) the store directory `dir` and owns it
+/// (`Store::open`). Blocking I/O. Errors: `owned`, `io`, `sql`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_store_open(dir: *const u8, dir_len: usize, out: *mut *mut TsStore, err: *mut *mut TsError) -> i32 {
+    call(err, || {
+        let store = Store::open(unsafe { text(dir, dir_len) }?)?;
+        unsafe { *out = Box::into_raw(Box::new(TsStore { store })) };
+        Ok(())
+    })
+}
+
+/// Connects to a store owned by another process at `address`
+/// (`unix:PATH`, `tcp:HOST:PORT`), as `Store::connect`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_store_connect(
+    address: *const u8,
+    address_len: usize,
+    out: *mut *mut TsStore,
+    err: *mut *mut TsError,
+) -> i32 {
+    call(err, || {
+        let store = Store::connect(unsafe { text(address, address_len) }?)?;
+        unsafe { *out = Box::into_raw(Box::new(TsStore { store })) };
+        Ok(())
+    })
+}
+
+/// Serves the store on one more `address`. The core has no server yet:
+/// this fails with `invalid` until it does.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_store_serve(s: *const TsStore, address: *const u8, address_len: usize, err: *mut *mut TsError) -> i32 {
+    call(err, || {
+        let _store = &unsafe { &*s }.store;
+        let address = unsafe { text(address, address_len) }?;
+        Err(invalid(format!(
+            "serve({address:?}): serving a store on another address is not built yet; other processes can open the same directory"
+        ))
+        .into())
+    })
+}
+
+/// Closes the store: subscriptions end, held keys go (their holders see
+/// their leases lost), waiters get `closed`. Idempotent; the handle stays
+/// valid until [`ts_store_free`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_store_close(s: *const TsStore) {
+    quiet((), || {
+        if let Some(s) = unsafe { s.as_ref() } {
+            s.store.close();
+        }
+    })
+}
+
+/// Frees the handle. The store closes once nothing else holds it (locks,
+/// subscriptions and databases opened from it each hold it).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_store_free(s: *mut TsStore) {
+    quiet((), || {
+        if !s.is_null() {
+            drop(unsafe { Box::from_raw(s) });
+        }
+    })
+}
+
+/// The store's epoch: the high 64 bits of every fence it gives.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_store_epoch(s: *const TsStore) -> u64 {
+    quiet(0, || unsafe { s.as_ref() }.map_or(0, |s| s.store.epoch()))
+}
