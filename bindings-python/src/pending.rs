@@ -109,7 +109,7 @@ impl Shared {
     fn push(&self, id: u64, o: Outcome) {
         self.running.lock().remove(&id);
         self.done.lock().push((id, o));
-        if !self.signalled.swap(true, Ordering::AcqRel) {
+        if !self.signalled.swap(true, Ordering::SeqCst) {
             // Non-blocking; a full socket already has a byte for the loop.
             let _ = (&self.bell).write(&[1]);
         }
@@ -181,9 +181,11 @@ impl Completer {
 
     /// The outcomes ready now, as `(id, ok, value or exception)`.
     fn drain(&self, py: Python<'_>) -> Vec<(u64, bool, Py<PyAny>)> {
-        self.shared.signalled.store(false, Ordering::Release);
+        // Bytes first, then the flag, then the queue: a push after the flag
+        // is cleared writes a new byte, and one before it is in the queue.
         let mut buf = [0u8; 64];
         while matches!((&self.wake).read(&mut buf), Ok(n) if n > 0) {}
+        self.shared.signalled.store(false, Ordering::SeqCst);
         let done = std::mem::take(&mut *self.shared.done.lock());
         done.into_iter()
             .map(|(id, o)| match finish(py, o) {
