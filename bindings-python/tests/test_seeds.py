@@ -1,0 +1,131 @@
+"""The seeds' Python samples, run as written, with stand-ins for the app's
+own `model`, `history` and `send`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, List
+
+import tinystore
+from conftest import MIGRATIONS, until
+
+
+# Live updates, "Open a channel and a lock":
+@dataclass
+class ChatEvent:
+    kind: str
+    id: int
+
+
+class model:  # noqa: N801 - the samples call `model.summarize`
+    calls = 0
+
+    @staticmethod
+    async def summarize(history: List[str]) -> str:
+        model.calls += 1
+        await asyncio.sleep(0.05)
+        return " / ".join(history)
+
+
+async def test_seed_live_updates_channel_transaction_stream_and_try_hold(store: tinystore.Store) -> None:
+    db = await store.database("chat", migrations=MIGRATIONS)
+
+    # "Open a channel and a lock", as written:
+    events = store.channel("chat-events", ChatEvent)
+    summaries = store.lock("summaries", ttl="30s")
+
+    chat_id = 7
+    await db.exec("insert into chats (id) values (?)", chat_id)
+    first = await db.exec(
+        "insert into messages (chat_id, role, text, created_at) values (?, 'user', ?, ?)", chat_id, "hi", 0
+    )
+    message_id = first.last_insert_rowid
+
+    # "Tell every open tab": the browser's stream, as written.
+    async def stream(chat_id: int, send, closed: asyncio.Event) -> None:  # type: ignore[no-untyped-def]
+        sub = await events.under(chat_id).subscribe(
+            lambda m: send(m.value),
+            on_missed=lambda missed: send({"kind": "reload"}),
+        )
+        await closed.wait()  # the browser went away
+        await sub.stop()
+
+    sent: List[Any] = []
+    closed = asyncio.Event()
+    tab = asyncio.ensure_future(stream(chat_id, sent.append, closed))
+    await until(lambda: store.status()["subscriptions"] == 1, what="the tab to subscribe")
+
+    # The reply worker, as written:
+    answer = "hello!"
+
+    async def save(tx: tinystore.SqlTx) -> None:
+        reply = await tx.exec(
+            "insert into messages (chat_id, role, text, created_at, reply_to) values (?, 'assistant', ?, ?, ?)",
+            chat_id, answer, time.time_ns() // 1_000_000, message_id,
+        )
+        await tx.with_(events).under(chat_id).publish(ChatEvent(kind="message", id=reply.last_insert_rowid))
+
+    await db.tx(save)
+    await until(lambda: len(sent) == 1, what="the tab to hear of the reply")
+    assert sent == [ChatEvent(kind="message", id=message_id + 1)]
+    rows = await db.query("select text from messages where id = ?", sent[0].id)
+    assert rows == [{"text": "hello!"}]
+
+    # "A tab that falls behind": a burst past the branch's log means one reload.
+    for i in range(1100):
+        await events.under(chat_id).publish(ChatEvent(kind="message", id=i))
+    await until(lambda: sent[-1] == ChatEvent(kind="message", id=1099), what="the last message")
+    burst = sent[1:]
+    assert burst.count({"kind": "reload"}) == 1
+    r = burst.index({"kind": "reload"})
+    # what the tab had read before it fell behind, then the reload, then the log's newest 1,024
+    assert [e.id for e in burst[:r]] == list(range(r))
+    assert [e.id for e in burst[r + 1 :]] == list(range(1100 - 1024, 1100))
+    closed.set()
+    await asyncio.wait_for(tab, 5)
+    assert store.status()["subscriptions"] == 0
+
+    # "One summary per chat at a time", as written:
+    async def history(chat_id: int) -> List[str]:
+        return [r["text"] for r in await db.query("select text from messages where chat_id = ? order by id", chat_id)]
+
+    async def summarize_chat(chat_id: int) -> None:
+        async with summaries.try_hold(chat_id) as lease:
+            if lease is None:
+                return  # another worker is writing this chat's summary
+            summary = await model.summarize(await history(chat_id))
+            fence = f"{lease.fence:040d}"
+            await db.exec(
+                "update chats set summary = ?, summary_fence = ? where id = ? and summary_fence < ?",
+                summary, fence, chat_id, fence,
+            )
+
+    model.calls = 0
+    await asyncio.gather(summarize_chat(chat_id), summarize_chat(chat_id))
+    assert model.calls == 1  # two replies finishing at once start one summary
+    rows = await db.query("select summary, length(summary_fence) as n from chats where id = ?", chat_id)
+    assert rows == [{"summary": "hi / hello!", "n": 40}]
+
+
+async def test_seed_fences_hold_sample(store: tinystore.Store) -> None:
+    db = await store.database("chat", migrations=MIGRATIONS)
+    summaries = store.lock("summaries", ttl="30s")
+    chat_id = 9
+    await db.exec("insert into chats (id) values (?)", chat_id)
+
+    async def history(chat_id: int) -> List[str]:
+        return ["one", "two"]
+
+    # Fences, "Checking a fence in SQL", as written:
+    async with summaries.hold(chat_id) as lease:
+        summary = await model.summarize(await history(chat_id))
+        fence = f"{lease.fence:040d}"
+        await db.exec(
+            "update chats set summary = ?, summary_fence = ? where id = ? and summary_fence < ?",
+            summary, fence, chat_id, fence,
+        )
+
+    rows = await db.query("select summary, summary_fence from chats where id = ?", chat_id)
+    assert rows == [{"summary": "one / two", "summary_fence": fence}]

@@ -1,0 +1,79 @@
+"""SQL from Python: migrations, parameters and values, transactions."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+import tinystore
+from conftest import MIGRATIONS
+
+
+async def test_migrations_apply_once_and_values_round_trip(stores) -> None:  # type: ignore[no-untyped-def]
+    store = await stores.open()
+    db = await store.database("chat", migrations=MIGRATIONS)
+    assert db.path.endswith("chat.db")
+    await db.exec("create table v (i integer, r real, t text, b blob, n)")
+    done = await db.exec("insert into v values (?, ?, ?, ?, ?)", 2**62, 1.5, "é", b"\x00\xff", None)
+    assert done == tinystore.Done(changes=1, last_insert_rowid=1)
+    await db.exec("insert into v values (?, ?, ?, ?, ?)", True, 0, "", bytearray(b"x"), None)
+    rows = await db.query("select * from v order by rowid")
+    assert rows == [
+        {"i": 2**62, "r": 1.5, "t": "é", "b": b"\x00\xff", "n": None},
+        {"i": 1, "r": 0, "t": "", "b": b"x", "n": None},
+    ]
+    with pytest.raises(TypeError):
+        await db.exec("insert into v (i) values (?)", [1])
+    await stores.close()
+    store = await stores.open()
+    again = await store.database("chat", migrations=MIGRATIONS)  # applied once: no duplicate column
+    assert await again.query("select count(*) as n from v") == [{"n": 2}]
+
+
+async def test_tx_gives_the_functions_value_and_accepts_a_sync_function(store: tinystore.Store) -> None:
+    db = await store.database("chat", migrations=MIGRATIONS)
+
+    async def add(tx: tinystore.SqlTx) -> int:
+        done = await tx.exec("insert into chats (title) values (?)", "a")
+        rows = await tx.query("select title from chats where id = ?", done.last_insert_rowid)
+        assert rows == [{"title": "a"}]  # a transaction sees its own writes
+        return done.last_insert_rowid
+
+    assert await db.tx(add) == 1
+    assert await db.tx(lambda tx: "sync") == "sync"
+
+
+async def test_a_cancelled_transaction_rolls_back(store: tinystore.Store) -> None:
+    db = await store.database("chat", migrations=MIGRATIONS)
+    inside = asyncio.Event()
+
+    async def slow(tx: tinystore.SqlTx) -> None:
+        await tx.exec("insert into chats (title) values ('cancelled')")
+        inside.set()
+        await asyncio.sleep(60)
+
+    task = asyncio.ensure_future(db.tx(slow))
+    await inside.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await db.query("select * from chats") == []
+    await db.exec("insert into chats (title) values ('next')")  # the writer is free again
+
+
+async def test_a_tx_object_used_after_its_function_is_refused(store: tinystore.Store) -> None:
+    db = await store.database("chat", migrations=MIGRATIONS)
+    kept = []
+    await db.tx(lambda tx: kept.append(tx))
+    with pytest.raises(tinystore.InvalidError, match="ended"):
+        await kept[0].exec("insert into chats (title) values ('late')")
+
+
+async def test_a_failing_migration_raises_sql_error(store: tinystore.Store, tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "0001_bad.sql").write_text("create tabel oops (x);")
+    with pytest.raises(tinystore.SqlError):
+        await store.database("other", migrations=bad)
