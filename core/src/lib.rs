@@ -41,6 +41,9 @@ pub mod locks;
 pub mod runtime;
 pub mod sql;
 mod store;
+mod client;
+mod server;
+pub mod wire;
 
 pub use channels::{Branch, Channel, Delivery, Message, Messages, Missed, MissedReason, Subscriber, Subscription};
 pub use error::{Error, ErrorKind, Result};

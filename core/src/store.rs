@@ -10,6 +10,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 
 use crate::channels::{BranchStatus, ChannelBuilder, Channels, RawSubscription, Resume, Scope};
+use crate::client::Client;
+use crate::server::Server;
+use crate::wire::Address;
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::Key;
 use crate::limits::check_name;
@@ -21,12 +24,19 @@ use crate::sql::DatabaseBuilder;
 #[derive(Debug, Clone, Default)]
 pub struct OpenOptions {
     clock_ms: Option<u64>,
+    exclusive: bool,
 }
 
 impl OpenOptions {
     /// Default options.
     pub fn new() -> OpenOptions {
         OpenOptions::default()
+    }
+    /// Own the directory or fail with `owned`, instead of connecting to the
+    /// process that owns it (STORE-01).
+    pub fn exclusive(mut self) -> OpenOptions {
+        self.exclusive = true;
+        self
     }
     /// Uses `ms` as the wall clock for the epoch (tests of LOCK-02 and L8).
     #[doc(hidden)]
@@ -38,10 +48,14 @@ impl OpenOptions {
 
 /// A store: channels, locks, semaphores and SQL databases in one directory.
 ///
-/// `Store::open(dir)` makes this process the store's owner: it takes an OS
-/// lock on the directory, writes the new epoch to `kv.db`, and keeps channels
-/// and locks in memory. Cheap to clone; the store closes when the last clone
-/// is dropped or [`close`](Store::close) is called.
+/// `Store::open(dir)` makes this process the store's owner when no live
+/// process owns the directory: it takes an OS lock on the directory, writes
+/// the new epoch to `kv.db`, keeps channels and locks in memory, and serves
+/// the store to other processes on `<dir>/tinystore.sock`. When another
+/// process owns it, `open` connects to that one instead, and takes the store
+/// over if the owner goes away (STORE-01). Either way the API is the same.
+/// Cheap to clone; the store closes when the last clone is dropped or
+/// [`close`](Store::close) is called.
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<Inner>,
@@ -49,17 +63,27 @@ pub struct Store {
 
 struct Inner {
     dir: PathBuf,
+    closed: AtomicBool,
+    backend: Backend,
+}
+
+enum Backend {
+    Owned(Owned),
+    Connected(Arc<Client>),
+}
+
+struct Owned {
     epoch: u64,
     opened: Instant,
     channels: Arc<Channels>,
     locks: Locks,
-    closed: AtomicBool,
     dir_lock: Mutex<Option<File>>,
     sweeper: Mutex<Option<tokio::task::AbortHandle>>,
+    servers: Mutex<Vec<Arc<Server>>>,
 }
 
 /// What [`Store::status`] reports.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct StoreStatus {
     pub dir: PathBuf,
     pub pid: u32,
@@ -72,32 +96,50 @@ pub struct StoreStatus {
 }
 
 impl Store {
-    /// Opens (creating it if needed) the store directory `dir` and owns it.
+    /// Opens (creating it if needed) the store directory `dir`: owns it if
+    /// no live process does, else connects to its owner (STORE-01).
     ///
-    /// Errors: `owned` when another live process owns the directory (it is
-    /// free again once that process exits or is killed), `io` when the
-    /// directory cannot be made or locked, `sql` when `kv.db` is unreadable.
+    /// Errors: `owned` with [`OpenOptions::exclusive`] when another process
+    /// owns the directory, `io` when the directory cannot be made, locked or
+    /// reached, `sql` when `kv.db` is unreadable.
     pub fn open(dir: impl AsRef<Path>) -> Result<Store> {
         Store::open_with(dir, OpenOptions::default())
     }
 
     /// Like [`open`](Store::open), with options.
     pub fn open_with(dir: impl AsRef<Path>, opts: OpenOptions) -> Result<Store> {
-        let dir = dir.as_ref().to_path_buf();
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&format!("could not make the store directory {}", dir.display()), e))?;
+        let dir = dir.as_ref();
+        match Store::open_owned(dir, &opts) {
+            Err(e) if e.kind() == ErrorKind::Owned && !opts.exclusive => {
+                let sock = socket_path(&absolute(dir)?);
+                let client = Client::connect(Address::Unix(sock), None, Some(dir.to_path_buf()), Duration::from_secs(5))
+                    .map_err(|c| Error::new(ErrorKind::Owned, format!("{}; and connecting to it failed: {}", e.message(), c.message())))?;
+                Ok(Store::connected(client))
+            }
+            r => r,
+        }
+    }
+
+    /// Owns `dir` and serves it (a takeover after the owner went away).
+    pub(crate) fn open_owner(dir: &Path) -> Result<Store> {
+        Store::open_owned(dir, &OpenOptions::default())
+    }
+
+    fn open_owned(dir: &Path, opts: &OpenOptions) -> Result<Store> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(&format!("could not make the store directory {}", dir.display()), e))?;
+        let dir = absolute(dir)?;
         let lock = take_dir_lock(&dir)?;
         let epoch = next_epoch(&dir, opts.clock_ms)?;
-        let inner = Arc::new(Inner {
-            dir,
+        let owned = Owned {
             epoch,
             opened: Instant::now(),
             channels: Arc::new(Channels::new()),
             locks: Locks::new(epoch),
-            closed: AtomicBool::new(false),
             dir_lock: Mutex::new(Some(lock)),
             sweeper: Mutex::new(None),
-        });
-        let weak = Arc::downgrade(&inner.channels);
+            servers: Mutex::new(Vec::new()),
+        };
+        let weak = Arc::downgrade(&owned.channels);
         let sweeper = runtime::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(30));
             loop {
@@ -106,17 +148,55 @@ impl Store {
                 ch.sweep(Instant::now());
             }
         });
-        *inner.sweeper.lock() = Some(sweeper.abort_handle());
-        Ok(Store { inner })
+        *owned.sweeper.lock() = Some(sweeper.abort_handle());
+        let store = Store { inner: Arc::new(Inner { dir: dir.clone(), closed: AtomicBool::new(false), backend: Backend::Owned(owned) }) };
+        store.serve_with(&Address::Unix(socket_path(&dir)), None)?;
+        Ok(store)
+    }
+
+    fn connected(client: Arc<Client>) -> Store {
+        let dir = client.hello().map(|h| PathBuf::from(h.dir)).unwrap_or_default();
+        Store { inner: Arc::new(Inner { dir, closed: AtomicBool::new(false), backend: Backend::Connected(client) }) }
     }
 
     /// Connects to a store owned by another process, at `address`:
-    /// `unix:PATH` (the owner serves `unix:<dir>/tinystore.sock`) or
-    /// `tcp:HOST:PORT` with a token. The same API as an owned store.
-    ///
-    /// Not available yet: errors with `invalid` until the server lands.
+    /// `unix:PATH` (an owner serves `unix:<dir>/tinystore.sock`) or
+    /// `tcp:HOST:PORT` with the token in `TINYSTORE_TOKEN`. The same API as
+    /// an owned store; the client reconnects by itself when the connection
+    /// drops. Errors: `invalid` (address), `io` (nobody listens), `auth`.
     pub fn connect(address: &str) -> Result<Store> {
-        Err(Error::invalid(format!("connect({address:?}): connecting to another process's store is not built yet; open the directory instead")))
+        let addr = Address::parse(address)?;
+        let token = std::env::var("TINYSTORE_TOKEN").ok();
+        Ok(Store::connected(Client::connect(addr, token, None, Duration::from_millis(500))?))
+    }
+
+    /// Serves this store on another address as well (`tcp:HOST:PORT` needs
+    /// `<dir>/tokens`; see `tinystore token new`). Errors: `invalid` on a
+    /// connected store (only the owner serves), `io`, `auth`.
+    pub fn serve(&self, address: &str) -> Result<()> {
+        self.serve_with(&Address::parse(address)?, None)
+    }
+
+    /// Serves `address`; `shutdown` is notified when a client asks the owner to stop.
+    #[doc(hidden)]
+    pub fn serve_with(&self, address: &Address, shutdown: Option<Arc<tokio::sync::Notify>>) -> Result<()> {
+        let Backend::Owned(o) = &self.inner.backend else {
+            return Err(Error::invalid("only the process that owns the store serves it; this one is connected"));
+        };
+        let server = Server::new(self.clone_weakly(), shutdown);
+        server.listen(address)?;
+        o.servers.lock().push(server);
+        Ok(())
+    }
+
+    /// A handle that does not keep the store open (servers hold one).
+    fn clone_weakly(&self) -> WeakStore {
+        WeakStore(Arc::downgrade(&self.inner))
+    }
+
+    /// True when this process owns the store (it did not connect to another).
+    pub fn is_owner(&self) -> bool {
+        matches!(self.inner.backend, Backend::Owned(_))
     }
 
     /// The store directory.
@@ -127,7 +207,10 @@ impl Store {
     /// This open's epoch: milliseconds since 1970 at open, or the previous
     /// epoch plus one if that is larger. The high 64 bits of every fence.
     pub fn epoch(&self) -> u64 {
-        self.inner.epoch
+        match &self.inner.backend {
+            Backend::Owned(o) => o.epoch,
+            Backend::Connected(c) => c.epoch(),
+        }
     }
 
     /// True once closed.
@@ -163,18 +246,50 @@ impl Store {
     }
 
     /// What the store holds now: subscribers and their branches, held keys
-    /// with fences and waiters.
+    /// with fences and waiters. Over a connection, asks the owner.
     pub fn status(&self) -> StoreStatus {
-        let i = &self.inner;
-        StoreStatus {
-            dir: i.dir.clone(),
-            pid: std::process::id(),
-            epoch: i.epoch,
-            uptime_ms: i.opened.elapsed().as_millis() as u64,
-            subscriptions: i.channels.subscription_count(),
-            channel_bytes: i.channels.kept_bytes(),
-            branches: i.channels.status(),
-            locks: i.locks.status(),
+        self.status_json().ok().and_then(|v| serde_json::from_value(v).ok()).unwrap_or_else(|| StoreStatus {
+            dir: self.inner.dir.clone(),
+            pid: 0,
+            epoch: 0,
+            uptime_ms: 0,
+            subscriptions: 0,
+            channel_bytes: 0,
+            branches: Vec::new(),
+            locks: Vec::new(),
+        })
+    }
+
+    /// [`status`](Store::status) as JSON, with the owner's connections.
+    pub fn status_json(&self) -> Result<serde_json::Value> {
+        match &self.inner.backend {
+            Backend::Owned(o) => {
+                let st = StoreStatus {
+                    dir: self.inner.dir.clone(),
+                    pid: std::process::id(),
+                    epoch: o.epoch,
+                    uptime_ms: o.opened.elapsed().as_millis() as u64,
+                    subscriptions: o.channels.subscription_count(),
+                    channel_bytes: o.channels.kept_bytes(),
+                    branches: o.channels.status(),
+                    locks: o.locks.status(),
+                };
+                let mut v = serde_json::to_value(st)?;
+                let conns: Vec<serde_json::Value> = o.servers.lock().iter().flat_map(|s| s.connections().as_array().cloned().unwrap_or_default()).collect();
+                v["connections"] = conns.into();
+                Ok(v)
+            }
+            Backend::Connected(c) => c.status(),
+        }
+    }
+
+    /// Asks the owner to stop (a `tinystore serve` process). Errors: `invalid`
+    /// when the owner is an application process, `auth`.
+    #[doc(hidden)]
+    pub fn shutdown_owner(&self) -> Result<()> {
+        match &self.inner.backend {
+            Backend::Owned(_) => Err(Error::invalid("this process owns the store: close it instead")),
+            Backend::Connected(c) => c.shutdown_owner(),
         }
     }
 
@@ -183,21 +298,37 @@ impl Store {
     }
 
     /// Publishes JSON bytes to a branch (the bindings' boundary). Errors:
-    /// `invalid` (name or key out of rule), `limit` (over 1 MiB), `closed`.
+    /// `invalid` (name or key out of rule), `limit` (over 1 MiB), `closed`
+    /// (also while a connection is down: nothing is buffered silently).
     pub async fn publish_raw(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
-        self.publish_now(channel, branch, data)
-    }
-
-    /// Publishes at once, in this process.
-    pub(crate) fn publish_now(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
         self.check_open()?;
         check_name("channel", channel)?;
         branch.iter().try_for_each(Key::check)?;
-        self.inner.channels.publish(channel, branch, data).map(|_| ())
+        match &self.inner.backend {
+            Backend::Owned(o) => o.channels.publish(channel, branch, data).map(|_| ()),
+            Backend::Connected(c) => {
+                crate::channels::check_message(&data)?;
+                c.publish(channel, branch, &data).await
+            }
+        }
+    }
+
+    /// Publishes at once (a commit's messages; the server's requests).
+    pub(crate) fn publish_now(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
+        match &self.inner.backend {
+            Backend::Owned(o) => {
+                self.check_open()?;
+                check_name("channel", channel)?;
+                branch.iter().try_for_each(Key::check)?;
+                o.channels.publish(channel, branch, data).map(|_| ())
+            }
+            Backend::Connected(_) => runtime::block_on(self.publish_raw(channel, branch, data)),
+        }
     }
 
     /// Subscribes to a branch and gives a subscription to pull from (the
-    /// bindings' boundary). Errors: `invalid`, `limit` (10,000 subscriptions), `closed`.
+    /// bindings' boundary); returns once the store has it. Errors:
+    /// `invalid`, `limit` (10,000 subscriptions), `closed`.
     pub async fn subscribe_raw(
         &self,
         channel: &str,
@@ -208,11 +339,16 @@ impl Store {
         self.check_open()?;
         check_name("channel", channel)?;
         branch.iter().try_for_each(Key::check)?;
-        let (sub, told) = self.inner.channels.subscribe(channel, branch, scope, resume)?;
-        if let Some(m) = told {
-            sub.tell_first(m);
+        match &self.inner.backend {
+            Backend::Owned(o) => {
+                let (sub, told) = o.channels.subscribe(channel, branch, scope, resume)?;
+                if let Some(m) = told {
+                    sub.tell_first(m);
+                }
+                Ok(sub)
+            }
+            Backend::Connected(c) => Ok(RawSubscription::remote(c.subscribe(channel, branch, scope).await?)),
         }
-        Ok(sub)
     }
 
     /// The engine's handle to the lock or semaphore `name` (the bindings'
@@ -220,7 +356,20 @@ impl Store {
     pub fn lock_raw(&self, name: &str, kind: Kind) -> Result<RawLock> {
         self.check_open()?;
         check_name(if kind == Kind::Lock { "lock" } else { "semaphore" }, name)?;
-        Ok(RawLock { table: self.inner.locks.table(name, kind)?, _store: self.clone() })
+        let inner = match &self.inner.backend {
+            Backend::Owned(o) => LockInner::Local(o.locks.table(name, kind)?),
+            Backend::Connected(c) => LockInner::Remote { client: c.clone(), name: name.to_owned(), kind },
+        };
+        Ok(RawLock { inner, _store: self.clone() })
+    }
+
+    /// The engine's table of a lock, for the server (leases keep their ttl).
+    pub(crate) fn lock_table(&self, name: &str, kind: Kind) -> Result<Arc<Table>> {
+        self.check_open()?;
+        match &self.inner.backend {
+            Backend::Owned(o) => o.locks.table(name, kind),
+            Backend::Connected(_) => Err(Error::internal("only an owner has lock tables")),
+        }
     }
 }
 
@@ -229,12 +378,21 @@ impl Inner {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        if let Some(s) = self.sweeper.lock().take() {
-            s.abort();
+        match &self.backend {
+            Backend::Owned(o) => {
+                for s in o.servers.lock().drain(..) {
+                    s.stop();
+                }
+                if let Some(s) = o.sweeper.lock().take() {
+                    s.abort();
+                }
+                o.channels.close();
+                o.locks.close();
+                let _ = std::fs::remove_file(socket_path(&self.dir));
+                o.dir_lock.lock().take();
+            }
+            Backend::Connected(c) => c.close(),
         }
-        self.channels.close();
-        self.locks.close();
-        self.dir_lock.lock().take();
     }
 }
 
@@ -244,42 +402,89 @@ impl Drop for Inner {
     }
 }
 
+/// A store handle that does not keep the store open.
+pub(crate) struct WeakStore(std::sync::Weak<Inner>);
+
+impl WeakStore {
+    pub(crate) fn get(&self) -> Result<Store> {
+        self.0.upgrade().map(|inner| Store { inner }).ok_or_else(Error::closed)
+    }
+}
+
 /// A lock or semaphore of a store, as the bindings reach it.
 #[derive(Clone)]
 pub struct RawLock {
-    table: Arc<Table>,
+    inner: LockInner,
     _store: Store,
+}
+
+#[derive(Clone)]
+enum LockInner {
+    Local(Arc<Table>),
+    Remote { client: Arc<Client>, name: String, kind: Kind },
 }
 
 impl RawLock {
     /// The lock's name.
     pub fn name(&self) -> &str {
-        self.table.name()
+        match &self.inner {
+            LockInner::Local(t) => t.name(),
+            LockInner::Remote { name, .. } => name,
+        }
     }
     /// Lock or semaphore, and its limit.
     pub fn kind(&self) -> Kind {
-        self.table.kind()
+        match &self.inner {
+            LockInner::Local(t) => t.kind(),
+            LockInner::Remote { kind, .. } => *kind,
+        }
     }
     /// Takes `key`, waiting up to `wait` in line (LOCK-03). In the owning
     /// process `terms.ttl` does not apply: a lease ends with its holder's
-    /// function, or at `terms.max_hold` (LOCK-07, LOCK-06).
+    /// function, or at `terms.max_hold` (LOCK-07, LOCK-06). Over a
+    /// connection the lease lasts its ttl from its last renewal, renewed by
+    /// the engine every third of it (LOCK-05).
     pub async fn acquire(&self, key: Key, holder: Holder, terms: Terms, wait: Duration) -> Result<RawLease> {
         key.check()?;
-        self.table.acquire(key, holder, Terms { ttl: None, ..terms }, wait).await
+        match &self.inner {
+            LockInner::Local(t) => t.acquire(key, holder, Terms { ttl: None, ..terms }, wait).await,
+            LockInner::Remote { client, name, kind } => client
+                .acquire(name, *kind, &key, holder, terms, Some(wait))
+                .await?
+                .map(RawLease::remote)
+                .ok_or_else(|| Error::internal("the store answered a wait with no lease")),
+        }
     }
     /// Takes `key` at once if it is free and nobody waits for it; `None` when
     /// the caller must wait in line through [`acquire`](Self::acquire). A
-    /// fast path that never waits and never yields. Errors: `conflict` when
-    /// `holder` already holds or waits for the key, `invalid`, `closed`.
+    /// fast path that never waits and never yields (over a connection it
+    /// always says `None`). Errors: `conflict` when `holder` already holds or
+    /// waits for the key, `invalid`, `closed`.
     pub fn acquire_now(&self, key: &Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
         key.check()?;
-        self.table.acquire_now(key, holder, Terms { ttl: None, ..terms })
+        match &self.inner {
+            LockInner::Local(t) => t.acquire_now(key, holder, Terms { ttl: None, ..terms }),
+            LockInner::Remote { .. } => Ok(None),
+        }
     }
     /// Takes `key` if it is free now; `None` otherwise. Never waits.
     pub async fn try_acquire(&self, key: Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
         key.check()?;
-        self.table.try_acquire(key, holder, Terms { ttl: None, ..terms })
+        match &self.inner {
+            LockInner::Local(t) => t.try_acquire(key, holder, Terms { ttl: None, ..terms }),
+            LockInner::Remote { client, name, kind } => {
+                Ok(client.acquire(name, *kind, &key, holder, terms, None).await?.map(RawLease::remote))
+            }
+        }
     }
+}
+
+fn socket_path(dir: &Path) -> PathBuf {
+    dir.join("tinystore.sock")
+}
+
+fn absolute(dir: &Path) -> Result<PathBuf> {
+    std::path::absolute(dir).map_err(|e| Error::io(&format!("could not resolve {}", dir.display()), e))
 }
 
 fn take_dir_lock(dir: &Path) -> Result<File> {

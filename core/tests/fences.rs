@@ -139,7 +139,7 @@ fn lock_02_fences_grow_after_kill_9_of_owner() {
     let child_fence: Fence = words.next().unwrap().parse().expect("child printed its fence");
     let sleeper = words.next().unwrap().to_owned();
     // The directory is owned while the child lives.
-    assert_eq!(Store::open(d.path()).err().map(|e| e.code()), Some("owned"));
+    assert_eq!(Store::open_with(d.path(), tinystore::OpenOptions::new().exclusive()).err().map(|e| e.code()), Some("owned"));
     child.kill().unwrap();
     child.wait().unwrap();
     let _ = Command::new("kill").arg(&sleeper).status();

@@ -332,14 +332,20 @@ fn store_01_close_lets_keys_go_and_tells_holders_and_waiters() {
 }
 
 #[test]
-fn store_01_second_owner_is_refused_until_the_first_closes() {
+fn store_01_exclusive_owner_is_refused_until_the_first_closes_and_plain_open_connects() {
     let d = common::dir();
+    let exclusive = || tinystore::Store::open_with(d.path(), tinystore::OpenOptions::new().exclusive());
     let a = tinystore::Store::open(d.path()).unwrap();
-    let e = tinystore::Store::open(d.path()).err().unwrap();
+    assert!(a.is_owner());
+    let e = exclusive().err().unwrap();
     assert_eq!(e.code(), "owned");
     assert!(e.message().contains(&std::process::id().to_string()), "{e}");
+    let b = tinystore::Store::open(d.path()).unwrap();
+    assert!(!b.is_owner(), "a second open connects to the owner");
+    assert_eq!(b.epoch(), a.epoch());
+    b.close();
     a.close();
-    tinystore::Store::open(d.path()).unwrap();
+    assert!(exclusive().unwrap().is_owner());
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Weak;
 use std::task::Waker;
 
@@ -229,32 +229,33 @@ impl Log {
 /// The store-wide budget of channel memory (64 MiB): past it, the oldest
 /// message of any log leaves first.
 pub(crate) struct Budget {
-    limit: usize,
-    bytes: AtomicUsize,
+    limit: isize,
+    /// Signed: a log may release a message before its addition is counted.
+    bytes: AtomicIsize,
     order: Mutex<VecDeque<(Weak<Log>, u64)>>,
     /// Messages kept in logs now.
-    count: AtomicUsize,
+    count: AtomicIsize,
 }
 
 impl Budget {
     pub(crate) fn new(limit: usize) -> Arc<Budget> {
-        Arc::new(Budget { limit, bytes: AtomicUsize::new(0), order: Mutex::new(VecDeque::new()), count: AtomicUsize::new(0) })
+        Arc::new(Budget { limit: limit as isize, bytes: AtomicIsize::new(0), order: Mutex::new(VecDeque::new()), count: AtomicIsize::new(0) })
     }
 
     /// Bytes of messages kept in logs now.
     pub(crate) fn bytes(&self) -> usize {
-        self.bytes.load(Ordering::Relaxed)
+        self.bytes.load(Ordering::Relaxed).max(0) as usize
     }
 
     fn released(&self, bytes: usize, count: usize) {
         if count > 0 {
-            self.bytes.fetch_sub(bytes, Ordering::Relaxed);
-            self.count.fetch_sub(count, Ordering::Relaxed);
+            self.bytes.fetch_sub(bytes as isize, Ordering::Relaxed);
+            self.count.fetch_sub(count as isize, Ordering::Relaxed);
         }
     }
 
     fn added(&self, log: &Arc<Log>, pos: u64, size: usize) {
-        let total = self.bytes.fetch_add(size, Ordering::Relaxed) + size;
+        let total = self.bytes.fetch_add(size as isize, Ordering::Relaxed) + size as isize;
         self.count.fetch_add(1, Ordering::Relaxed);
         let mut order = self.order.lock();
         order.push_back((Arc::downgrade(log), pos));
@@ -268,7 +269,7 @@ impl Budget {
         }
         // Entries whose message already left its log pile up behind live
         // ones; drop them once they outnumber what is still kept.
-        if order.len() > 2 * self.count.load(Ordering::Relaxed) + 4096 {
+        if order.len() as isize > 2 * self.count.load(Ordering::Relaxed) + 4096 {
             order.retain(|(w, p)| w.upgrade().is_some_and(|l| l.holds(*p)));
         }
     }

@@ -74,7 +74,7 @@ pub struct Resume {
 }
 
 /// What `status` shows of one branch.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct BranchStatus {
     pub channel: String,
     pub branch: Vec<Key>,

@@ -9,7 +9,6 @@ use parking_lot::Mutex;
 
 use super::log::{Log, Msg, Read};
 use super::{Channels, Node, Resume, Scope};
-use crate::key::Key;
 
 /// Why a subscription missed messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -75,10 +74,19 @@ struct Shared {
 /// This is the boundary the language bindings build on; Rust programs use
 /// [`Subscription`](crate::Subscription) instead. Dropping it stops it.
 pub struct RawSubscription {
-    shared: Arc<Shared>,
+    src: Src,
+}
+
+enum Src {
+    Local(Arc<Shared>),
+    Remote(Arc<crate::client::RemoteSub>),
 }
 
 impl RawSubscription {
+    pub(crate) fn remote(sub: Arc<crate::client::RemoteSub>) -> RawSubscription {
+        RawSubscription { src: Src::Remote(sub) }
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         channels: Arc<Channels>,
@@ -91,7 +99,7 @@ impl RawSubscription {
         resumed: bool,
     ) -> RawSubscription {
         RawSubscription {
-            shared: Arc::new(Shared {
+            src: Src::Local(Arc::new(Shared {
                 channels,
                 channel,
                 node,
@@ -99,22 +107,22 @@ impl RawSubscription {
                 log_id,
                 scope,
                 state: Mutex::new(State { cursor, resumed, told: None, stopped: false, waker: None }),
-            }),
+            })),
         }
     }
 
     pub(crate) fn tell_first(&self, missed: Missed) {
-        self.shared.state.lock().told = Some(missed);
+        if let Src::Local(s) = &self.src {
+            s.state.lock().told = Some(missed);
+        }
     }
 
-    /// The branch this subscription reads (for a recursive one, the top).
-    pub fn branch(&self) -> &[Key] {
-        &self.shared.node.path
-    }
-
-    /// Where a resumed subscription would go on from.
+    /// Where a resumed subscription would go on from (in the owning process).
     pub fn resume_point(&self) -> Resume {
-        Resume { log: self.shared.log_id, next: self.shared.state.lock().cursor }
+        match &self.src {
+            Src::Local(s) => Resume { log: s.log_id, next: s.state.lock().cursor },
+            Src::Remote(_) => Resume { log: 0, next: 0 },
+        }
     }
 
     /// The next event if one is ready now; `None` if nothing is ready (see
@@ -151,7 +159,14 @@ impl RawSubscription {
     }
 
     fn read(&self, cx: Option<&mut Context<'_>>) -> Poll<Option<Event>> {
-        let mut st = self.shared.state.lock();
+        match &self.src {
+            Src::Local(s) => Self::read_local(s, cx),
+            Src::Remote(r) => r.read(cx),
+        }
+    }
+
+    fn read_local(shared: &Shared, cx: Option<&mut Context<'_>>) -> Poll<Option<Event>> {
+        let mut st = shared.state.lock();
         if st.stopped {
             return Poll::Ready(None);
         }
@@ -161,8 +176,8 @@ impl RawSubscription {
         }
         let mut cursor = st.cursor;
         let r = match &cx {
-            Some(cx) => self.shared.log.read_or_wait(&mut cursor, cx.waker()),
-            None => self.shared.log.read(&mut cursor),
+            Some(cx) => shared.log.read_or_wait(&mut cursor, cx.waker()),
+            None => shared.log.read(&mut cursor),
         };
         st.cursor = cursor;
         match r {
@@ -186,22 +201,30 @@ impl RawSubscription {
 
     /// True once stopped, or once its store closed and everything was read.
     pub fn is_ended(&self) -> bool {
-        let st = self.shared.state.lock();
-        st.stopped || (st.told.is_none() && matches!(self.shared.log.read(&mut st.cursor.clone()), Read::Closed))
+        match &self.src {
+            Src::Local(s) => {
+                let st = s.state.lock();
+                st.stopped || (st.told.is_none() && matches!(s.log.read(&mut st.cursor.clone()), Read::Closed))
+            }
+            Src::Remote(r) => r.is_ended(),
+        }
     }
 
     /// Stops the subscription: a pending `next` returns `None`, and the
     /// branch no longer keeps messages for it. Idempotent.
     pub fn stop(&self) {
+        let s = match &self.src {
+            Src::Local(s) => s,
+            Src::Remote(r) => return r.stop(),
+        };
         let waker = {
-            let mut st = self.shared.state.lock();
+            let mut st = s.state.lock();
             if st.stopped {
                 return;
             }
             st.stopped = true;
             st.waker.take()
         };
-        let s = &self.shared;
         s.channels.unsubscribed(&s.channel, &s.node, &s.log, s.scope);
         if let Some(w) = waker {
             w.wake();

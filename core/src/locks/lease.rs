@@ -168,62 +168,100 @@ impl LeaseShared {
 /// A lease as the engine gives it: the boundary the bindings build on. Rust
 /// programs get a [`Lease`](crate::Lease) inside `hold` instead.
 ///
+/// In the owning process it is the engine's own; over a connection, the
+/// client's, renewed every third of its ttl by the engine's threads.
 /// Dropping a held lease lets the key go.
 pub struct RawLease {
-    shared: Arc<LeaseShared>,
+    inner: Inner,
+}
+
+enum Inner {
+    Local(Arc<LeaseShared>),
+    Remote(crate::client::RemoteLeaseHandle),
 }
 
 impl RawLease {
     pub(super) fn new(shared: Arc<LeaseShared>) -> RawLease {
-        RawLease { shared }
+        RawLease { inner: Inner::Local(shared) }
+    }
+
+    pub(crate) fn remote(h: crate::client::RemoteLeaseHandle) -> RawLease {
+        RawLease { inner: Inner::Remote(h) }
     }
 
     pub(super) fn shared(&self) -> &Arc<LeaseShared> {
-        &self.shared
+        match &self.inner {
+            Inner::Local(s) => s,
+            Inner::Remote(_) => unreachable!("the engine's tables hold only local leases"),
+        }
     }
 
     /// The lease's id in the store.
     pub fn id(&self) -> u64 {
-        self.shared.id
+        match &self.inner {
+            Inner::Local(s) => s.id,
+            Inner::Remote(r) => r.id(),
+        }
     }
     /// The fence: larger than every fence given before (LOCK-02). `None` for
     /// a semaphore's permit.
     pub fn fence(&self) -> Option<Fence> {
-        self.shared.fence
+        match &self.inner {
+            Inner::Local(s) => s.fence,
+            Inner::Remote(r) => r.fence(),
+        }
     }
     /// The key held.
     pub fn key(&self) -> &Key {
-        &self.shared.key
+        match &self.inner {
+            Inner::Local(s) => &s.key,
+            Inner::Remote(r) => r.key(),
+        }
     }
     /// True once the lease ran out (ttl, `maxHold`) or the store closed.
     pub fn is_lost(&self) -> bool {
-        self.shared.state.load(Ordering::Acquire) == LOST
+        match &self.inner {
+            Inner::Local(s) => s.state.load(Ordering::Acquire) == LOST,
+            Inner::Remote(r) => r.is_lost(),
+        }
     }
     /// Resolves when the lease is lost; never while it is held.
     pub async fn lost(&self) {
-        loop {
-            let n = self.shared.lost.notified();
-            if self.is_lost() {
-                return;
-            }
-            n.await;
+        match &self.inner {
+            Inner::Local(s) => loop {
+                let n = s.lost.notified();
+                if self.is_lost() {
+                    return;
+                }
+                n.await;
+            },
+            Inner::Remote(r) => r.lost().await,
         }
     }
     /// Calls `f` once, when the lease is lost (at once if it already is).
     /// Never called for a lease let go normally.
     pub fn on_lost(&self, f: impl FnOnce() + Send + 'static) {
-        let mut fns = self.shared.on_lost.lock();
-        if self.is_lost() {
-            drop(fns);
-            f();
-        } else {
-            fns.push(Box::new(f));
+        match &self.inner {
+            Inner::Local(s) => {
+                let mut fns = s.on_lost.lock();
+                if self.is_lost() {
+                    drop(fns);
+                    f();
+                } else {
+                    fns.push(Box::new(f));
+                }
+            }
+            Inner::Remote(r) => r.on_lost(Box::new(f)),
         }
     }
-    /// Moves the ttl's deadline to now + ttl. Errors with `lost` when the
-    /// lease already ran out: a late renewal never revives it (L4).
+    /// Moves the ttl's deadline to now + ttl (over a connection: renews at
+    /// once). Errors with `lost` when the lease already ran out: a late
+    /// renewal never revives it (L4).
     pub fn renew(&self) -> Result<()> {
-        let s = &self.shared;
+        let s = match &self.inner {
+            Inner::Local(s) => s,
+            Inner::Remote(r) => return r.renew(),
+        };
         let mut until = s.renewed_until.lock();
         if s.state.load(Ordering::Acquire) != HELD {
             return Err(s.lost_error());
@@ -235,7 +273,10 @@ impl RawLease {
     }
     /// Time until the lease runs out, where it can.
     pub fn time_left(&self) -> Option<Duration> {
-        self.shared.deadline().map(|d| d.saturating_duration_since(Instant::now()))
+        match &self.inner {
+            Inner::Local(s) => s.deadline().map(|d| d.saturating_duration_since(Instant::now())),
+            Inner::Remote(r) => r.time_left(),
+        }
     }
     /// Lets the key go. Errors with `lost` if the lease had been lost: a
     /// release never pretends a lost lease was held (LOCK-04, P6).
@@ -244,7 +285,10 @@ impl RawLease {
     }
 
     fn release_ref(&self) -> Result<()> {
-        let s = &self.shared;
+        let s = match &self.inner {
+            Inner::Local(s) => s,
+            Inner::Remote(r) => return r.release(),
+        };
         if s.mark_released() {
             s.table.remove(s);
             return Ok(());
@@ -257,7 +301,10 @@ impl RawLease {
 
     /// The error a holder gets for this lease once lost.
     pub fn lost_error(&self) -> Error {
-        self.shared.lost_error()
+        match &self.inner {
+            Inner::Local(s) => s.lost_error(),
+            Inner::Remote(r) => r.lost_error(),
+        }
     }
 }
 
@@ -269,6 +316,6 @@ impl Drop for RawLease {
 
 impl std::fmt::Debug for RawLease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RawLease").field("id", &self.shared.id).field("fence", &self.shared.fence).field("key", &self.shared.key).finish()
+        f.debug_struct("RawLease").field("id", &self.id()).field("fence", &self.fence()).field("key", self.key()).finish()
     }
 }

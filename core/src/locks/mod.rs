@@ -118,7 +118,7 @@ pub(crate) struct Table {
 }
 
 /// What `status` shows of one key.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct KeyStatus {
     pub lock: String,
     pub key: Key,
@@ -127,7 +127,7 @@ pub struct KeyStatus {
 }
 
 /// What `status` shows of one lease.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct HolderStatus {
     pub lease: u64,
     pub fence: Option<Fence>,

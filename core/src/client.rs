@@ -1,0 +1,875 @@
+//! The client: a store owned by another process, reached over a socket.
+//!
+//! One connection per client, pipelined: requests carry ids, answers come
+//! back in any order, events are pushed. The client reconnects by itself
+//! with back-off, resubscribes from the last position it saw (CHAN-04),
+//! renews leases every third of their ttl from the engine's own threads, and
+//! tells a holder its lease is lost by its own deadline: the last renewal
+//! sent plus the ttl, on a monotonic clock (LOCK-05, L4, L13). A client made
+//! by `open(dir)` takes the store over when its owner goes away (STORE-01).
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use crate::channels::{Event, Missed, MissedReason, Msg, Scope};
+use crate::error::{Error, ErrorKind, Result};
+use crate::fence::Fence;
+use crate::key::Key;
+use crate::limits::{BRANCH_LOG_BYTES, BRANCH_LOG_MESSAGES};
+use crate::locks::{Holder, Kind, Terms};
+use crate::runtime;
+use crate::wire::{self, AcquireOk, Address, FrameReader, HelloOk, Reply, Request, SubscribeOk, WireResume};
+
+type Reader = FrameReader<Box<dyn tokio::io::AsyncRead + Send + Unpin>>;
+type Pending = HashMap<u64, oneshot::Sender<Result<Box<[u8]>>>>;
+
+struct Conn {
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    pending: Mutex<Pending>,
+    alive: AtomicBool,
+}
+
+/// The connection to an owner, and everything that must survive a reconnect.
+pub(crate) struct Client {
+    address: Address,
+    token: Option<String>,
+    session: String,
+    /// Set for `open(dir)`: take the store over when its owner goes away.
+    takeover: Option<PathBuf>,
+    conn: Mutex<Option<Arc<Conn>>>,
+    connected: Notify,
+    next_id: AtomicU64,
+    subs: Mutex<HashMap<u64, Arc<RemoteSub>>>,
+    leases: Mutex<HashMap<u64, Arc<RemoteLease>>>,
+    hello: Mutex<Option<HelloOk>>,
+    closed: AtomicBool,
+    /// The store this process came to own by taking over, if it did.
+    pub(crate) owned: Mutex<Option<crate::store::Store>>,
+}
+
+impl Client {
+    /// Connects (retrying for up to `patience`) and starts the connection's tasks.
+    pub(crate) fn connect(address: Address, token: Option<String>, takeover: Option<PathBuf>, patience: Duration) -> Result<Arc<Client>> {
+        let mut sid = [0u8; 16];
+        getrandom::fill(&mut sid).map_err(|e| Error::internal(format!("no randomness for a session id: {e}")))?;
+        let c = Arc::new(Client {
+            address,
+            token,
+            session: sid.iter().map(|b| format!("{b:02x}")).collect(),
+            takeover,
+            conn: Mutex::new(None),
+            connected: Notify::new(),
+            next_id: AtomicU64::new(1),
+            subs: Mutex::new(HashMap::new()),
+            leases: Mutex::new(HashMap::new()),
+            hello: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            owned: Mutex::new(None),
+        });
+        let first = runtime::block_on(async {
+            let deadline = Instant::now() + patience;
+            loop {
+                match c.dial().await {
+                    Ok(x) => return Ok(x),
+                    Err(e) if e.kind() == ErrorKind::Auth || e.kind() == ErrorKind::Protocol || Instant::now() >= deadline => {
+                        return Err(e);
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        })?;
+        let me = c.clone();
+        runtime::spawn(async move { me.run(Some(first)).await });
+        Ok(c)
+    }
+
+    pub(crate) fn hello(&self) -> Option<HelloOk> {
+        self.hello.lock().clone()
+    }
+
+    pub(crate) fn epoch(&self) -> u64 {
+        self.hello.lock().as_ref().map_or(0, |h| h.epoch)
+    }
+
+    /// Opens the socket and says hello; gives the reader and the connection.
+    async fn dial(self: &Arc<Self>) -> Result<(Reader, Arc<Conn>, HelloOk)> {
+        let (rd, wr): (Box<dyn tokio::io::AsyncRead + Send + Unpin>, Box<dyn tokio::io::AsyncWrite + Send + Unpin>) = match &self.address {
+            Address::Unix(p) => {
+                let s = tokio::net::UnixStream::connect(p).await.map_err(|e| Error::io(&format!("could not connect to unix:{}", p.display()), e))?;
+                let (r, w) = s.into_split();
+                (Box::new(r), Box::new(w))
+            }
+            Address::Tcp(hp) => {
+                let s = tokio::net::TcpStream::connect(hp).await.map_err(|e| Error::io(&format!("could not connect to tcp:{hp}"), e))?;
+                s.set_nodelay(true).ok();
+                let (r, w) = s.into_split();
+                (Box::new(r), Box::new(w))
+            }
+        };
+        let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let conn = Arc::new(Conn { tx, pending: Mutex::new(HashMap::new()), alive: AtomicBool::new(true) });
+        runtime::spawn(write_loop(wr, rx));
+        let mut reader = FrameReader::new(rd);
+        let mut hello = Request::new(0, "hello");
+        hello.version = Some(wire::PROTOCOL_VERSION);
+        hello.client = Some(format!("pid {}", std::process::id()));
+        hello.session = Some(self.session.clone());
+        hello.token = self.token.clone();
+        let _ = conn.tx.send(wire::frame(&hello));
+        let answer = tokio::time::timeout(Duration::from_secs(5), reader.next())
+            .await
+            .map_err(|_| Error::new(ErrorKind::Io, "the store did not answer hello within 5s"))??
+            .ok_or_else(|| Error::new(ErrorKind::Io, "the store closed the connection during hello"))?;
+        let r: Reply = serde_json::from_slice(answer).map_err(|e| Error::new(ErrorKind::Protocol, format!("a bad hello answer: {e}")))?;
+        if let Some(e) = r.err {
+            return Err(e.into());
+        }
+        let ok: HelloOk = serde_json::from_str(r.ok.map(|v| v.get()).unwrap_or("null"))
+            .map_err(|e| Error::new(ErrorKind::Protocol, format!("a bad hello answer: {e}")))?;
+        *self.hello.lock() = Some(ok.clone());
+        Ok((reader, conn, ok))
+    }
+
+    /// Serves connections until closed, reconnecting with back-off.
+    async fn run(self: Arc<Self>, mut first: Option<(Reader, Arc<Conn>, HelloOk)>) {
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            if self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            let dialed = match first.take() {
+                Some(d) => Ok(d),
+                None => self.dial().await,
+            };
+            match dialed {
+                Ok((rd, conn, hello)) => {
+                    backoff = Duration::from_millis(10);
+                    *self.conn.lock() = Some(conn.clone());
+                    self.connected.notify_waiters();
+                    self.after_connect(&conn, &hello);
+                    self.read_loop(rd, &conn).await;
+                    conn.alive.store(false, Ordering::Release);
+                    *self.conn.lock() = None;
+                    let pending: Vec<_> = conn.pending.lock().drain().collect();
+                    for (_, tx) in pending {
+                        let _ = tx.send(Err(disconnected()));
+                    }
+                }
+                Err(_) => {
+                    if self.closed.load(Ordering::Acquire) {
+                        return;
+                    }
+                    self.try_takeover();
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    /// STORE-01: the owner went away; this process may own the store now.
+    fn try_takeover(&self) {
+        let Some(dir) = &self.takeover else { return };
+        if self.owned.lock().is_some() {
+            return;
+        }
+        if let Ok(store) = crate::store::Store::open_owner(dir) {
+            *self.owned.lock() = Some(store);
+        }
+    }
+
+    fn after_connect(self: &Arc<Self>, conn: &Arc<Conn>, hello: &HelloOk) {
+        // Resubscribe from where each subscription was.
+        let subs: Vec<_> = self.subs.lock().values().cloned().collect();
+        for s in subs {
+            let me = self.clone();
+            let conn = conn.clone();
+            let epoch = hello.epoch;
+            runtime::spawn(async move { me.resubscribe(&conn, &s, epoch).await });
+        }
+        // Renew every lease at once: a lease the store no longer has is lost.
+        let leases: Vec<_> = self.leases.lock().values().cloned().collect();
+        for l in leases {
+            l.kick.notify_one();
+        }
+    }
+
+    async fn resubscribe(&self, conn: &Arc<Conn>, s: &Arc<RemoteSub>, epoch: u64) {
+        let resume = s.resume.lock().map(|(e, log, next)| WireResume { epoch: e, log, next });
+        let mut r = Request::new(0, "subscribe");
+        r.sub = Some(s.id);
+        r.channel = Some(s.channel.clone());
+        r.branch = Some(s.branch.clone());
+        r.recursive = Some(s.scope == Scope::Recursive);
+        r.resume = resume;
+        let _ = epoch;
+        match self.call_on(conn, r).await {
+            Ok(bytes) => {
+                if let Ok(ok) = serde_json::from_slice::<SubscribeOk>(&bytes) {
+                    s.set_log(ok.epoch, ok.log, ok.next);
+                }
+            }
+            Err(e) if is_disconnected(&e) => {}
+            Err(_) => s.inbox.end(),
+        }
+    }
+
+    async fn read_loop(self: &Arc<Self>, mut reader: Reader, conn: &Arc<Conn>) {
+        loop {
+            let frame = match reader.next().await {
+                Ok(Some(f)) => f,
+                _ => return,
+            };
+            let Ok(r) = serde_json::from_slice::<Reply>(frame) else { return };
+            if let Some(id) = r.id {
+                let tx = conn.pending.lock().remove(&id);
+                if let Some(tx) = tx {
+                    let v = match r.err {
+                        Some(e) => Err(e.into()),
+                        None => Ok(r.ok.map(|v| v.get().as_bytes()).unwrap_or(b"null").to_vec().into_boxed_slice()),
+                    };
+                    let _ = tx.send(v);
+                }
+                continue;
+            }
+            match r.ev.as_deref() {
+                Some("msg") => {
+                    let Some(sub) = r.sub.and_then(|id| self.subs.lock().get(&id).cloned()) else { continue };
+                    let msg = Msg {
+                        branch: Arc::from(r.branch.unwrap_or_default()),
+                        seq: r.seq.unwrap_or(0),
+                        data: r.data.map(|d| d.get().as_bytes()).unwrap_or(b"null").to_vec().into_boxed_slice(),
+                    };
+                    sub.note_position(self.epoch(), r.next);
+                    sub.inbox.push(Event::Message(Arc::new(msg)));
+                }
+                Some("missed") => {
+                    let Some(sub) = r.sub.and_then(|id| self.subs.lock().get(&id).cloned()) else { continue };
+                    sub.note_position(self.epoch(), r.next);
+                    if let Some(m) = r.missed {
+                        sub.inbox.push(Event::Missed(m));
+                    }
+                }
+                Some("end") => {
+                    if let Some(sub) = r.sub.and_then(|id| self.subs.lock().get(&id).cloned()) {
+                        sub.inbox.end();
+                    }
+                }
+                Some("lost") => {
+                    if let Some(l) = r.lease.and_then(|id| self.leases.lock().get(&id).cloned()) {
+                        l.mark_lost(r.message.unwrap_or_else(|| "the store says the lease was lost".into()));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn current(&self) -> Result<Arc<Conn>> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::closed());
+        }
+        self.conn.lock().clone().filter(|c| c.alive.load(Ordering::Acquire)).ok_or_else(disconnected)
+    }
+
+    /// Sends a request and waits for its answer's `ok` JSON.
+    pub(crate) async fn call(&self, r: Request<'_>) -> Result<Box<[u8]>> {
+        let conn = self.current()?;
+        self.call_on(&conn, r).await
+    }
+
+    async fn call_on(&self, conn: &Arc<Conn>, mut r: Request<'_>) -> Result<Box<[u8]>> {
+        let rx = self.send_on(conn, &mut r, true)?.expect("an answer is awaited");
+        rx.await.unwrap_or_else(|_| Err(disconnected()))
+    }
+
+    /// Sends without waiting; gives the receiver of the answer when `answer`.
+    fn send_on(&self, conn: &Arc<Conn>, r: &mut Request<'_>, answer: bool) -> Result<Option<oneshot::Receiver<Result<Box<[u8]>>>>> {
+        r.id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let rx = answer.then(|| {
+            let (tx, rx) = oneshot::channel();
+            conn.pending.lock().insert(r.id, tx);
+            rx
+        });
+        if conn.tx.send(wire::frame(&r)).is_err() {
+            conn.pending.lock().remove(&r.id);
+            return Err(disconnected());
+        }
+        Ok(rx)
+    }
+
+    /// Waits until connected again, up to `until`.
+    async fn reconnected(&self, until: Instant) -> bool {
+        loop {
+            let n = self.connected.notified();
+            if self.current().is_ok() {
+                return true;
+            }
+            if self.closed.load(Ordering::Acquire) || tokio::time::timeout_at(until.into(), n).await.is_err() {
+                return self.current().is_ok();
+            }
+        }
+    }
+
+    pub(crate) async fn publish(&self, channel: &str, branch: &[Key], data: &[u8]) -> Result<()> {
+        let raw = raw_json(data)?;
+        let mut r = Request::new(0, "publish");
+        r.channel = Some(channel.to_owned());
+        r.branch = Some(branch.to_vec());
+        r.data = Some(&raw);
+        self.call(r).await.map(|_| ())
+    }
+
+    pub(crate) async fn subscribe(self: &Arc<Self>, channel: &str, branch: &[Key], scope: Scope) -> Result<Arc<RemoteSub>> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let s = Arc::new(RemoteSub {
+            id,
+            client: Arc::downgrade(self),
+            channel: channel.to_owned(),
+            branch: branch.to_vec(),
+            scope,
+            inbox: Inbox::default(),
+            resume: Mutex::new(None),
+        });
+        self.subs.lock().insert(id, s.clone());
+        let mut r = Request::new(0, "subscribe");
+        r.sub = Some(id);
+        r.channel = Some(channel.to_owned());
+        r.branch = Some(branch.to_vec());
+        r.recursive = Some(scope == Scope::Recursive);
+        match self.call(r).await {
+            Ok(bytes) => {
+                if let Ok(ok) = serde_json::from_slice::<SubscribeOk>(&bytes) {
+                    s.set_log(ok.epoch, ok.log, ok.next);
+                }
+                Ok(s)
+            }
+            Err(e) => {
+                self.subs.lock().remove(&id);
+                Err(e)
+            }
+        }
+    }
+
+    fn unsubscribe(&self, id: u64) {
+        self.subs.lock().remove(&id);
+        if let Ok(conn) = self.current() {
+            let mut r = Request::new(0, "unsubscribe");
+            r.sub = Some(id);
+            let _ = self.send_on(&conn, &mut r, false);
+        }
+    }
+
+    /// Takes a key over the wire: waits up to `wait` (zero: tries once). A
+    /// hold that a dropped connection interrupts is retried with the same
+    /// hold id, so it never yields two leases (LOCK-08).
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        lock: &str,
+        kind: Kind,
+        key: &Key,
+        holder: Holder,
+        terms: Terms,
+        wait: Option<Duration>,
+    ) -> Result<Option<RemoteLeaseHandle>> {
+        let ttl = terms.ttl.unwrap_or(crate::limits::DEFAULT_TTL);
+        let hold = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let until = started + wait.unwrap_or(Duration::ZERO) + Duration::from_secs(5);
+        let wait_ms = wait.map_or(0, |w| w.as_millis().max(1) as u64);
+        loop {
+            let mut r = Request::new(0, "acquire");
+            r.lock = Some(lock.to_owned());
+            r.limit = Some(match kind {
+                Kind::Lock => 0,
+                Kind::Semaphore { limit } => limit,
+            });
+            r.key = Some(key.clone());
+            r.hold = Some(hold);
+            r.holder = Some(holder.0);
+            r.ttl_ms = Some(ttl.as_millis() as u64);
+            r.max_hold_ms = terms.max_hold.map(|m| m.as_millis() as u64);
+            r.wait_ms = Some(wait_ms.saturating_sub(started.elapsed().as_millis() as u64).max(if wait_ms > 0 { 1 } else { 0 }));
+            let sent = Instant::now();
+            let keepalive = (wait_ms > 0).then(|| self.keep_alive(ttl));
+            let answer = self.call(r).await;
+            drop(keepalive);
+            match answer {
+                Ok(bytes) => {
+                    let ok: AcquireOk = serde_json::from_slice(&bytes).map_err(|e| Error::new(ErrorKind::Protocol, e.to_string()))?;
+                    let Some(id) = ok.lease else { return Ok(None) };
+                    // The lease's clock started at the grant: no earlier than
+                    // the request was sent plus the time it waited there.
+                    let granted = sent + Duration::from_millis(ok.waited_ms);
+                    let lease = RemoteLease::new(self, id, ok.fence, key.clone(), ttl, granted, terms.max_hold);
+                    self.leases.lock().insert(id, lease.clone());
+                    lease.start();
+                    return Ok(Some(RemoteLeaseHandle { lease }));
+                }
+                Err(e) if is_disconnected(&e) && self.reconnected(until).await => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Pings while a wait is pending, so the store keeps this waiter in line
+    /// (a frozen process stops pinging and leaves the line, L1).
+    fn keep_alive(self: &Arc<Self>, ttl: Duration) -> KeepAlive {
+        let me = Arc::downgrade(self);
+        let task = runtime::spawn(async move {
+            loop {
+                tokio::time::sleep(ttl / 3).await;
+                let Some(c) = me.upgrade() else { return };
+                if let Ok(conn) = c.current() {
+                    let _ = c.send_on(&conn, &mut Request::new(0, "ping"), false);
+                }
+            }
+        });
+        KeepAlive(task.abort_handle())
+    }
+
+    pub(crate) fn status(&self) -> Result<serde_json::Value> {
+        let bytes = runtime::block_on(self.call(Request::new(0, "status")))?;
+        serde_json::from_slice(&bytes).map_err(|e| Error::new(ErrorKind::Protocol, e.to_string()))
+    }
+
+    pub(crate) fn shutdown_owner(&self) -> Result<()> {
+        runtime::block_on(self.call(Request::new(0, "shutdown"))).map(|_| ())
+    }
+
+    pub(crate) fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let conn = self.conn.lock().take();
+        if let Some(c) = conn {
+            c.alive.store(false, Ordering::Release);
+            let pending: Vec<_> = c.pending.lock().drain().collect();
+            for (_, tx) in pending {
+                let _ = tx.send(Err(Error::closed()));
+            }
+        }
+        self.connected.notify_waiters();
+        for s in std::mem::take(&mut *self.subs.lock()).into_values() {
+            s.inbox.end();
+        }
+        for l in std::mem::take(&mut *self.leases.lock()).into_values() {
+            l.mark_lost("the store closed".into());
+        }
+        if let Some(s) = self.owned.lock().take() {
+            s.close();
+        }
+    }
+}
+
+struct KeepAlive(tokio::task::AbortHandle);
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+async fn write_loop(mut wr: Box<dyn tokio::io::AsyncWrite + Send + Unpin>, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
+    let mut buf = Vec::with_capacity(64 * 1024);
+    while let Some(f) = rx.recv().await {
+        buf.clear();
+        buf.extend_from_slice(&f);
+        // Pipelined requests go out together.
+        while buf.len() < 256 * 1024 {
+            match rx.try_recv() {
+                Ok(f) => buf.extend_from_slice(&f),
+                Err(_) => break,
+            }
+        }
+        if wr.write_all(&buf).await.is_err() {
+            return;
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+fn raw_json(data: &[u8]) -> Result<Box<serde_json::value::RawValue>> {
+    let s = std::str::from_utf8(data).map_err(|_| Error::invalid("a message is JSON text (UTF-8)"))?;
+    serde_json::value::RawValue::from_string(s.to_owned()).map_err(|e| Error::invalid(format!("a message is one JSON value: {e}")))
+}
+
+fn disconnected() -> Error {
+    Error::new(ErrorKind::Closed, "disconnected from the store: the client is reconnecting; retry")
+}
+
+fn is_disconnected(e: &Error) -> bool {
+    e.kind() == ErrorKind::Closed && e.message().starts_with("disconnected")
+}
+
+/// A subscription over the wire: events land in a bounded inbox read by pulling.
+pub(crate) struct RemoteSub {
+    id: u64,
+    client: std::sync::Weak<Client>,
+    channel: String,
+    branch: Vec<Key>,
+    scope: Scope,
+    inbox: Inbox,
+    /// (epoch, log, next) of the last event read from the socket.
+    resume: Mutex<Option<(u64, u64, u64)>>,
+}
+
+impl RemoteSub {
+    fn note_position(&self, epoch: u64, next: Option<u64>) {
+        if let Some(n) = next {
+            let mut r = self.resume.lock();
+            let log = r.map_or(0, |x| x.1);
+            *r = Some((epoch, log, n));
+        }
+    }
+
+    pub(crate) fn set_log(&self, epoch: u64, log: u64, next: u64) {
+        *self.resume.lock() = Some((epoch, log, next));
+    }
+
+    pub(crate) fn read(&self, cx: Option<&mut Context<'_>>) -> Poll<Option<Event>> {
+        self.inbox.read(cx)
+    }
+
+    pub(crate) fn is_ended(&self) -> bool {
+        self.inbox.is_ended()
+    }
+
+    pub(crate) fn stop(&self) {
+        if self.inbox.stop() {
+            if let Some(c) = self.client.upgrade() {
+                c.unsubscribe(self.id);
+            }
+        }
+    }
+}
+
+/// The client's side of a subscription's log: bounded like a branch's log
+/// (1,024 messages or 4 MiB); what it drops is counted, never lost silently.
+#[derive(Default)]
+struct Inbox {
+    s: Mutex<InboxState>,
+}
+
+#[derive(Default)]
+struct InboxState {
+    queue: VecDeque<Event>,
+    bytes: usize,
+    messages: usize,
+    waker: Option<Waker>,
+    ended: bool,
+    stopped: bool,
+}
+
+impl Inbox {
+    fn push(&self, ev: Event) {
+        let waker = {
+            let mut s = self.s.lock();
+            if s.stopped {
+                return;
+            }
+            if let Event::Message(m) = &ev {
+                s.bytes += m.data.len();
+                s.messages += 1;
+            }
+            s.queue.push_back(ev);
+            let mut dropped: Option<Missed> = None;
+            while s.messages > BRANCH_LOG_MESSAGES || (s.bytes > BRANCH_LOG_BYTES && s.messages > 1) {
+                match s.queue.pop_front() {
+                    Some(Event::Message(m)) => {
+                        s.bytes -= m.data.len();
+                        s.messages -= 1;
+                        dropped = Some(merge(dropped, Missed { count: Some(1), reason: MissedReason::Behind }));
+                    }
+                    Some(Event::Missed(m)) => dropped = Some(merge(dropped, m)),
+                    None => break,
+                }
+            }
+            if let Some(m) = dropped {
+                // Anything missed just after the dropped ones belongs to the same gap.
+                let m = match s.queue.front() {
+                    Some(Event::Missed(n)) => {
+                        let n = *n;
+                        s.queue.pop_front();
+                        merge(Some(m), n)
+                    }
+                    _ => m,
+                };
+                s.queue.push_front(Event::Missed(m));
+            }
+            s.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    fn read(&self, cx: Option<&mut Context<'_>>) -> Poll<Option<Event>> {
+        let mut s = self.s.lock();
+        if s.stopped {
+            return Poll::Ready(None);
+        }
+        if let Some(ev) = s.queue.pop_front() {
+            if let Event::Message(m) = &ev {
+                s.bytes -= m.data.len();
+                s.messages -= 1;
+            }
+            return Poll::Ready(Some(ev));
+        }
+        if s.ended {
+            return Poll::Ready(None);
+        }
+        if let Some(cx) = cx {
+            s.waker = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+
+    fn is_ended(&self) -> bool {
+        let s = self.s.lock();
+        s.stopped || (s.ended && s.queue.is_empty())
+    }
+
+    fn end(&self) {
+        let w = {
+            let mut s = self.s.lock();
+            s.ended = true;
+            s.waker.take()
+        };
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+
+    /// True the first time.
+    fn stop(&self) -> bool {
+        let (first, w) = {
+            let mut s = self.s.lock();
+            let first = !s.stopped;
+            s.stopped = true;
+            s.queue.clear();
+            (first, s.waker.take())
+        };
+        if let Some(w) = w {
+            w.wake();
+        }
+        first
+    }
+}
+
+fn merge(a: Option<Missed>, b: Missed) -> Missed {
+    match a {
+        None => b,
+        Some(a) => Missed {
+            count: a.count.zip(b.count).map(|(x, y)| x + y),
+            reason: if a.reason == MissedReason::Reconnect || b.reason == MissedReason::Reconnect {
+                MissedReason::Reconnect
+            } else {
+                MissedReason::Behind
+            },
+        },
+    }
+}
+
+/// A lease held over the wire, renewed every third of its ttl by the engine.
+pub(crate) struct RemoteLease {
+    client: std::sync::Weak<Client>,
+    id: u64,
+    fence: Option<Fence>,
+    key: Key,
+    ttl: Duration,
+    /// Lost by this instant unless a renewal moves it: the last renewal
+    /// sent (acknowledged) plus the ttl, capped by maxHold.
+    deadline: Mutex<Instant>,
+    max_deadline: Option<Instant>,
+    lost: AtomicBool,
+    released: AtomicBool,
+    why: Mutex<Option<String>>,
+    notify: Notify,
+    on_lost: Mutex<Vec<Box<dyn FnOnce() + Send>>>,
+    kick: Notify,
+    task: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl RemoteLease {
+    fn new(client: &Arc<Client>, id: u64, fence: Option<Fence>, key: Key, ttl: Duration, granted: Instant, max_hold: Option<Duration>) -> Arc<RemoteLease> {
+        let max_deadline = max_hold.map(|m| granted + m);
+        let first = granted + ttl;
+        Arc::new(RemoteLease {
+            client: Arc::downgrade(client),
+            id,
+            fence,
+            key,
+            ttl,
+            deadline: Mutex::new(max_deadline.map_or(first, |m| m.min(first))),
+            max_deadline,
+            lost: AtomicBool::new(false),
+            released: AtomicBool::new(false),
+            why: Mutex::new(None),
+            notify: Notify::new(),
+            on_lost: Mutex::new(Vec::new()),
+            kick: Notify::new(),
+            task: Mutex::new(None),
+        })
+    }
+
+    /// Renews every third of the ttl; marks the lease lost at its deadline.
+    fn start(self: &Arc<Self>) {
+        let me = Arc::downgrade(self);
+        let task = runtime::spawn(async move {
+            loop {
+                let Some(l) = me.upgrade() else { return };
+                let deadline = *l.deadline.lock();
+                let now = Instant::now();
+                if now >= deadline {
+                    let why = if l.max_deadline.is_some_and(|m| now >= m) {
+                        "it reached its maxHold"
+                    } else {
+                        "no renewal reached the store within its ttl (the connection was cut or the store stalled)"
+                    };
+                    l.mark_lost(why.into());
+                    return;
+                }
+                let wake = (now + l.ttl / 3).min(deadline);
+                tokio::select! {
+                    _ = tokio::time::sleep_until(wake.into()) => {}
+                    _ = l.kick.notified() => {}
+                }
+                if Instant::now() >= *l.deadline.lock() {
+                    continue;
+                }
+                let Some(c) = l.client.upgrade() else { return };
+                let mut r = Request::new(0, "renew");
+                r.lease = Some(l.id);
+                r.fence = l.fence;
+                let sent = Instant::now();
+                let left = l.deadline.lock().saturating_duration_since(sent);
+                match tokio::time::timeout(left, c.call(r)).await {
+                    Ok(Ok(_)) => {
+                        let mut d = l.deadline.lock();
+                        let next = sent + l.ttl;
+                        *d = l.max_deadline.map_or(next, |m| m.min(next)).max(*d);
+                    }
+                    Ok(Err(e)) if e.kind() == ErrorKind::Lost => {
+                        l.mark_lost(e.message().to_owned());
+                        return;
+                    }
+                    _ => {}
+                }
+            }
+        });
+        *self.task.lock() = Some(task.abort_handle());
+    }
+
+    fn mark_lost(&self, why: String) {
+        if self.released.load(Ordering::Acquire) || self.lost.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        *self.why.lock() = Some(why);
+        if let Some(t) = self.task.lock().take() {
+            t.abort();
+        }
+        let fns = std::mem::take(&mut *self.on_lost.lock());
+        for f in fns {
+            f();
+        }
+        self.notify.notify_waiters();
+        if let Some(c) = self.client.upgrade() {
+            c.leases.lock().remove(&self.id);
+        }
+    }
+
+    pub(crate) fn lost_error(&self) -> Error {
+        let what = match self.fence {
+            Some(f) => format!("the lease on key {} (fence {f})", self.key),
+            None => format!("the permit on key {}", self.key),
+        };
+        let why = self.why.lock().clone().unwrap_or_else(|| "it ran out".into());
+        Error::lost(format!(
+            "{what} was lost: {why}; another holder may have the key now: check fences where you write, and keep work within the lease"
+        ))
+    }
+}
+
+/// The engine's handle on a lease held over the wire.
+pub(crate) struct RemoteLeaseHandle {
+    lease: Arc<RemoteLease>,
+}
+
+impl RemoteLeaseHandle {
+    pub(crate) fn id(&self) -> u64 {
+        self.lease.id
+    }
+    pub(crate) fn fence(&self) -> Option<Fence> {
+        self.lease.fence
+    }
+    pub(crate) fn key(&self) -> &Key {
+        &self.lease.key
+    }
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lease.lost.load(Ordering::Acquire)
+    }
+    pub(crate) async fn lost(&self) {
+        loop {
+            let n = self.lease.notify.notified();
+            if self.is_lost() {
+                return;
+            }
+            n.await;
+        }
+    }
+    pub(crate) fn on_lost(&self, f: Box<dyn FnOnce() + Send>) {
+        let mut fns = self.lease.on_lost.lock();
+        if self.is_lost() {
+            drop(fns);
+            f();
+        } else {
+            fns.push(f);
+        }
+    }
+    pub(crate) fn renew(&self) -> Result<()> {
+        if self.is_lost() {
+            return Err(self.lease.lost_error());
+        }
+        self.lease.kick.notify_one();
+        Ok(())
+    }
+    pub(crate) fn time_left(&self) -> Option<Duration> {
+        Some(self.lease.deadline.lock().saturating_duration_since(Instant::now()))
+    }
+    pub(crate) fn lost_error(&self) -> Error {
+        self.lease.lost_error()
+    }
+    /// Lets the lease go without waiting for the answer (order is kept on
+    /// the connection). Errors with `lost` when the lease had been lost.
+    pub(crate) fn release(&self) -> Result<()> {
+        let l = &self.lease;
+        if l.lost.load(Ordering::Acquire) {
+            return Err(l.lost_error());
+        }
+        if l.released.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if let Some(t) = l.task.lock().take() {
+            t.abort();
+        }
+        if let Some(c) = l.client.upgrade() {
+            c.leases.lock().remove(&l.id);
+            if let Ok(conn) = c.current() {
+                let mut r = Request::new(0, "release");
+                r.lease = Some(l.id);
+                r.fence = l.fence;
+                let _ = c.send_on(&conn, &mut r, false);
+            }
+        }
+        Ok(())
+    }
+}

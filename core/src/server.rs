@@ -1,0 +1,634 @@
+//! The server: the owning process serves its store to other processes.
+//!
+//! Each connection has one reader (requests, handled in order, so pipelined
+//! publishes keep their order, P2) and one writer fed by a queue whose
+//! pending bytes stay within 8 MiB: a subscription forwards its next message
+//! only while there is room, so a slow reader stays behind in its branch's
+//! log (and later learns its exact missed count) instead of growing the
+//! server's memory or slowing a publisher (CHAN-02, C5). Leases over a
+//! connection live their ttl from their last renewal and outlive the
+//! connection until then, so a client that reconnects in time keeps them.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Notify, mpsc};
+
+use crate::channels::{Event, Missed, MissedReason, RawSubscription, Resume, Scope};
+use crate::error::{Error, ErrorKind, Result};
+use crate::key::Key;
+use crate::limits::{CONNECTION_PENDING_BYTES, check_name, check_positive, check_ttl};
+use crate::locks::{Holder, Kind, RawLease, Terms};
+use crate::runtime;
+use crate::store::WeakStore;
+use crate::wire::{self, AcquireOk, Address, FrameReader, HelloOk, Reply, Request, SubscribeOk, WireError, need};
+
+/// What a token allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// Subscribe and read status.
+    Read,
+    /// Also publish and hold keys.
+    Data,
+    /// Also stop the owner.
+    Admin,
+}
+
+impl Role {
+    fn parse(s: &str) -> Option<Role> {
+        match s {
+            "read" => Some(Role::Read),
+            "data" => Some(Role::Data),
+            "admin" => Some(Role::Admin),
+            _ => None,
+        }
+    }
+}
+
+struct ServerLease {
+    raw: RawLease,
+    session: String,
+    hold: u64,
+    out: Weak<Outbox>,
+}
+
+pub(crate) struct Server {
+    store: WeakStore,
+    leases: Mutex<HashMap<u64, ServerLease>>,
+    holds: Mutex<HashMap<(String, u64), u64>>,
+    conns: Mutex<HashMap<u64, ConnInfo>>,
+    next_conn: AtomicU64,
+    stopping: Notify,
+    stopped: AtomicBool,
+    /// Set by a stand-alone owner (`tinystore serve`): `shutdown` stops it.
+    pub(crate) shutdown: Option<Arc<Notify>>,
+}
+
+#[derive(Clone, serde::Serialize)]
+struct ConnInfo {
+    id: u64,
+    client: String,
+    address: String,
+    since_ms: u64,
+    #[serde(skip)]
+    since: Instant,
+    #[serde(skip)]
+    out: Weak<Outbox>,
+}
+
+struct Outbox {
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    pending: AtomicUsize,
+    drained: Notify,
+    last_heard: Mutex<Instant>,
+    closed: AtomicBool,
+}
+
+impl Outbox {
+    fn push(&self, frame: Vec<u8>) {
+        self.pending.fetch_add(frame.len(), Ordering::AcqRel);
+        if self.tx.send(frame).is_err() {
+            self.closed.store(true, Ordering::Release);
+        }
+    }
+
+    fn send<T: serde::Serialize>(&self, v: &T) {
+        self.push(wire::frame(v));
+    }
+
+    /// Waits until the pending output is below the connection's limit.
+    async fn room(&self) {
+        loop {
+            let n = self.drained.notified();
+            if self.pending.load(Ordering::Acquire) < CONNECTION_PENDING_BYTES || self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            n.await;
+        }
+    }
+}
+
+fn answer_ok<T: serde::Serialize>(out: &Outbox, id: u64, v: &T) {
+    let raw = serde_json::value::to_raw_value(v).expect("answers serialize");
+    out.send(&Reply { id: Some(id), ok: Some(&raw), ..Default::default() });
+}
+
+fn answer_err(out: &Outbox, id: u64, e: &Error) {
+    out.send(&Reply { id: Some(id), err: Some(WireError::from(e)), ..Default::default() });
+}
+
+impl Server {
+    pub(crate) fn new(store: WeakStore, shutdown: Option<Arc<Notify>>) -> Arc<Server> {
+        Arc::new(Server {
+            store,
+            leases: Mutex::new(HashMap::new()),
+            holds: Mutex::new(HashMap::new()),
+            conns: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(1),
+            stopping: Notify::new(),
+            stopped: AtomicBool::new(false),
+            shutdown,
+        })
+    }
+
+    /// Listens on `address` until the server stops. A Unix socket gets mode
+    /// 0600 (SEC-01); TCP needs the store's tokens file.
+    pub(crate) fn listen(self: &Arc<Self>, address: &Address) -> Result<()> {
+        match address {
+            Address::Unix(path) => {
+                if path.exists() {
+                    // A live owner would hold the directory lock; this one is stale.
+                    let _ = std::fs::remove_file(path);
+                }
+                let l = {
+                    let _g = runtime::handle().enter();
+                    tokio::net::UnixListener::bind(path).map_err(|e| Error::io(&format!("could not listen on unix:{}", path.display()), e))?
+                };
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(|e| Error::io("could not make the socket owner-only", e))?;
+                let me = self.clone();
+                let name = address.to_string();
+                runtime::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            a = l.accept() => match a {
+                                Ok((s, _)) => { let me2 = me.clone(); runtime::spawn(me2.connection(s, name.clone(), None)); }
+                                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                            },
+                            _ = me.stopping.notified() => return,
+                        }
+                    }
+                });
+            }
+            Address::Tcp(hp) => {
+                let tokens = Tokens::load(self.store.get()?.dir())?;
+                let l = {
+                    let _g = runtime::handle().enter();
+                    let std_l = std::net::TcpListener::bind(hp).map_err(|e| Error::io(&format!("could not listen on tcp:{hp}"), e))?;
+                    std_l.set_nonblocking(true).map_err(|e| Error::io("tcp listener", e))?;
+                    tokio::net::TcpListener::from_std(std_l).map_err(|e| Error::io("tcp listener", e))?
+                };
+                if !l.local_addr().map(|a| a.ip().is_loopback()).unwrap_or(false) {
+                    eprintln!("tinystore: warning: plain TCP on {hp} listens beyond loopback; tokens and messages cross the network unencrypted");
+                }
+                let me = self.clone();
+                let tokens = Arc::new(tokens);
+                runtime::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            a = l.accept() => match a {
+                                Ok((s, peer)) => {
+                                    s.set_nodelay(true).ok();
+                                    let me2 = me.clone();
+                                    runtime::spawn(me2.connection(s, format!("tcp:{peer}"), Some(tokens.clone())));
+                                }
+                                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                            },
+                            _ = me.stopping.notified() => return,
+                        }
+                    }
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops listening and tells every client the owner is going away.
+    pub(crate) fn stop(&self) {
+        if self.stopped.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.stopping.notify_waiters();
+        for c in self.conns.lock().values() {
+            if let Some(out) = c.out.upgrade() {
+                out.send(&Reply { ev: Some("closing".into()), ..Default::default() });
+                out.closed.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    pub(crate) fn connections(&self) -> serde_json::Value {
+        let now = Instant::now();
+        let list: Vec<ConnInfo> = self
+            .conns
+            .lock()
+            .values()
+            .map(|c| ConnInfo { since_ms: now.duration_since(c.since).as_millis() as u64, ..c.clone() })
+            .collect();
+        serde_json::to_value(list).unwrap_or_default()
+    }
+
+    async fn connection<S: AsyncRead + AsyncWrite + Send + 'static>(self: Arc<Self>, stream: S, address: String, tokens: Option<Arc<Tokens>>) {
+        let (rd, wr) = tokio::io::split(stream);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let out = Arc::new(Outbox {
+            tx,
+            pending: AtomicUsize::new(0),
+            drained: Notify::new(),
+            last_heard: Mutex::new(Instant::now()),
+            closed: AtomicBool::new(false),
+        });
+        runtime::spawn(write_loop(wr, rx, out.clone()));
+        let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        let mut c = Conn { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), waits: Vec::new() };
+        let mut reader = FrameReader::new(rd);
+        loop {
+            if out.closed.load(Ordering::Acquire) {
+                break;
+            }
+            let frame = tokio::select! {
+                f = reader.next() => f,
+                _ = self.stopping.notified() => break,
+            };
+            let frame = match frame {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => {
+                    // A frame over the limit or cut short: this connection only.
+                    answer_err(&out, 0, &e);
+                    break;
+                }
+            };
+            *out.last_heard.lock() = Instant::now();
+            match serde_json::from_slice::<Request>(frame) {
+                Ok(req) => {
+                    let id = req.id;
+                    if let Err(e) = c.handle(req).await {
+                        answer_err(&out, id, &e);
+                    }
+                }
+                Err(e) => {
+                    // JSON with an id gets an answer; anything else closes the connection.
+                    match serde_json::from_slice::<serde_json::Value>(frame).ok().and_then(|v| v.get("id")?.as_u64()) {
+                        Some(id) => answer_err(&out, id, &Error::invalid(format!("a request out of shape: {e}; see docs/wire.md"))),
+                        None => {
+                            answer_err(&out, 0, &Error::new(ErrorKind::Protocol, format!("a frame that is not a request: {e}")));
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        out.closed.store(true, Ordering::Release);
+        out.drained.notify_waiters();
+        for (_, t) in c.subs.drain() {
+            t.abort();
+        }
+        for t in c.waits.drain(..) {
+            t.abort();
+        }
+        self.conns.lock().remove(&conn_id);
+    }
+
+    fn grant(self: &Arc<Self>, raw: RawLease, session: &str, hold: u64, out: &Arc<Outbox>, waited: Duration) -> AcquireOk {
+        let (id, fence) = (raw.id(), raw.fence());
+        let weak = Arc::downgrade(self);
+        raw.on_lost(move || {
+            if let Some(s) = weak.upgrade() {
+                s.lost(id);
+            }
+        });
+        self.holds.lock().insert((session.to_owned(), hold), id);
+        self.leases.lock().insert(id, ServerLease { raw, session: session.to_owned(), hold, out: Arc::downgrade(out) });
+        AcquireOk { lease: Some(id), fence, waited_ms: waited.as_millis() as u64 }
+    }
+
+    /// A lease ran out: forget it and tell its holder if connected.
+    fn lost(&self, id: u64) {
+        let l = self.leases.lock().remove(&id);
+        if let Some(l) = l {
+            self.holds.lock().remove(&(l.session.clone(), l.hold));
+            if let Some(out) = l.out.upgrade() {
+                out.send(&Reply { ev: Some("lost".into()), lease: Some(id), message: Some(l.raw.lost_error().message().to_owned()), ..Default::default() });
+            }
+        }
+    }
+}
+
+struct Conn {
+    server: Arc<Server>,
+    out: Arc<Outbox>,
+    id: u64,
+    address: String,
+    session: Option<String>,
+    role: Option<Role>,
+    tokens: Option<Arc<Tokens>>,
+    subs: HashMap<u64, tokio::task::AbortHandle>,
+    waits: Vec<tokio::task::AbortHandle>,
+}
+
+impl Conn {
+    fn need_role(&self, role: Role, op: &str) -> Result<()> {
+        match self.role {
+            None => Err(Error::new(ErrorKind::Protocol, "say hello first: the first request of a connection is {\"op\":\"hello\",...}")),
+            Some(r) if r >= role => Ok(()),
+            Some(_) => Err(Error::new(ErrorKind::Auth, format!("this token may not {op}: use a token with the {role:?} role"))),
+        }
+    }
+
+    async fn handle(&mut self, r: Request<'_>) -> Result<()> {
+        let store = self.server.store.get()?;
+        let id = r.id;
+        let op = r.op.as_ref();
+        match op {
+            "hello" => {
+                let v = need(r.version, op, "version")?;
+                if v != wire::PROTOCOL_VERSION {
+                    return Err(Error::new(
+                        ErrorKind::Protocol,
+                        format!("this store speaks protocol version {}, the client {v}: use the same tinystore version on both sides", wire::PROTOCOL_VERSION),
+                    ));
+                }
+                self.role = Some(match &self.tokens {
+                    None => Role::Admin, // the Unix socket is owner-only
+                    Some(t) => t.check(r.token.as_deref())?,
+                });
+                self.session = Some(need(r.session, op, "session")?);
+                let client = r.client.unwrap_or_default();
+                self.server.conns.lock().insert(
+                    self.id,
+                    ConnInfo { id: self.id, client, address: self.address.clone(), since_ms: 0, since: Instant::now(), out: Arc::downgrade(&self.out) },
+                );
+                answer_ok(
+                    &self.out,
+                    id,
+                    &HelloOk { version: wire::PROTOCOL_VERSION, epoch: store.epoch(), dir: store.dir().display().to_string(), pid: std::process::id() },
+                );
+            }
+            "publish" => {
+                self.need_role(Role::Data, "publish")?;
+                let channel = need(r.channel, op, "channel")?;
+                let branch = r.branch.unwrap_or_default();
+                let data = need(r.data, op, "data")?;
+                store.publish_now(&channel, &branch, data.get().as_bytes().into())?;
+                answer_ok(&self.out, id, &());
+            }
+            "subscribe" => {
+                self.need_role(Role::Read, "subscribe")?;
+                let sub_id = need(r.sub, op, "sub")?;
+                let channel = need(r.channel, op, "channel")?;
+                let branch = r.branch.unwrap_or_default();
+                if self.subs.contains_key(&sub_id) {
+                    return Err(Error::invalid(format!("subscription {sub_id} already exists on this connection: pick a new number")));
+                }
+                let scope = if r.recursive.unwrap_or(false) { Scope::Recursive } else { Scope::Branch };
+                let epoch = store.epoch();
+                let resume = r.resume.filter(|x| x.epoch == epoch).map(|x| x.at());
+                let sub = store.subscribe_raw(&channel, &branch, scope, resume).await?;
+                if r.resume.is_some_and(|x| x.epoch != epoch) {
+                    // The store restarted: what was published meanwhile is unknown.
+                    sub.tell_first(Missed { count: None, reason: MissedReason::Reconnect });
+                }
+                let at: Resume = sub.resume_point();
+                answer_ok(&self.out, id, &SubscribeOk { epoch, log: at.log, next: at.next });
+                let task = runtime::spawn(forward(sub, sub_id, self.out.clone()));
+                self.subs.insert(sub_id, task.abort_handle());
+            }
+            "unsubscribe" => {
+                let sub_id = need(r.sub, op, "sub")?;
+                if let Some(t) = self.subs.remove(&sub_id) {
+                    t.abort();
+                }
+                answer_ok(&self.out, id, &());
+            }
+            "acquire" => {
+                self.need_role(Role::Data, "hold keys")?;
+                let lock = need(r.lock, op, "lock")?;
+                let key: Key = need(r.key, op, "key")?;
+                key.check()?;
+                let hold = need(r.hold, op, "hold")?;
+                let ttl = check_ttl(Duration::from_millis(need(r.ttl_ms, op, "ttl_ms")?))?;
+                let max_hold = r.max_hold_ms.map(|m| check_positive("maxHold", Duration::from_millis(m))).transpose()?;
+                let wait = Duration::from_millis(r.wait_ms.unwrap_or(0));
+                let kind = match r.limit.unwrap_or(0) {
+                    0 => Kind::Lock,
+                    n => Kind::Semaphore { limit: n },
+                };
+                check_name(if kind == Kind::Lock { "lock" } else { "semaphore" }, &lock)?;
+                let table = store.lock_table(&lock, kind)?;
+                let session = self.session.clone().expect("hello was said");
+                // A retried hold gets the lease it already has (LOCK-08).
+                let existing = self.server.holds.lock().get(&(session.clone(), hold)).copied();
+                if let Some(lid) = existing {
+                    let mut leases = self.server.leases.lock();
+                    if let Some(l) = leases.get_mut(&lid) {
+                        l.out = Arc::downgrade(&self.out);
+                        answer_ok(&self.out, id, &AcquireOk { lease: Some(lid), fence: l.raw.fence(), waited_ms: 0 });
+                        return Ok(());
+                    }
+                }
+                let holder = Holder(holder_id(&session, r.holder.unwrap_or(0)));
+                let terms = Terms { ttl: Some(ttl), max_hold };
+                if wait.is_zero() {
+                    let ok = match table.try_acquire(key, holder, terms)? {
+                        Some(raw) => self.server.grant(raw, &session, hold, &self.out, Duration::ZERO),
+                        None => AcquireOk { lease: None, fence: None, waited_ms: 0 },
+                    };
+                    answer_ok(&self.out, id, &ok);
+                    return Ok(());
+                }
+                let (server, out) = (self.server.clone(), self.out.clone());
+                let task = runtime::spawn(async move {
+                    let started = Instant::now();
+                    let waiting = table.acquire(key, holder, terms, wait);
+                    tokio::pin!(waiting);
+                    loop {
+                        tokio::select! {
+                            r = &mut waiting => {
+                                match r {
+                                    Ok(raw) => {
+                                        let ok = server.grant(raw, &session, hold, &out, started.elapsed());
+                                        answer_ok(&out, id, &ok);
+                                    }
+                                    Err(e) => answer_err(&out, id, &e),
+                                }
+                                return;
+                            }
+                            _ = tokio::time::sleep(ttl / 3) => {
+                                // A waiter whose client went silent for its ttl
+                                // (a frozen process) leaves the line (L1).
+                                if out.closed.load(Ordering::Acquire) || out.last_heard.lock().elapsed() > ttl {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                });
+                self.waits.retain(|t| !t.is_finished());
+                self.waits.push(task.abort_handle());
+            }
+            "renew" | "release" => {
+                self.need_role(Role::Data, "hold keys")?;
+                let lid = need(r.lease, op, "lease")?;
+                let not_held = || {
+                    Error::lost(format!("lease {lid} is not held: it ran out, was released, or the store restarted; take the key again"))
+                };
+                let mut leases = self.server.leases.lock();
+                let Some(l) = leases.get_mut(&lid) else { return Err(not_held()) };
+                if r.fence.is_some() && r.fence != l.raw.fence() {
+                    return Err(not_held());
+                }
+                if op == "renew" {
+                    l.out = Arc::downgrade(&self.out);
+                    let renewed = l.raw.renew();
+                    drop(leases);
+                    renewed?;
+                } else {
+                    let l = leases.remove(&lid).expect("looked up");
+                    drop(leases);
+                    self.server.holds.lock().remove(&(l.session.clone(), l.hold));
+                    l.raw.release()?;
+                }
+                answer_ok(&self.out, id, &());
+            }
+            "ping" => answer_ok(&self.out, id, &()),
+            "status" => {
+                self.need_role(Role::Read, "read status")?;
+                let mut v = serde_json::to_value(store.status()).unwrap_or_default();
+                v["connections"] = self.server.connections();
+                answer_ok(&self.out, id, &v);
+            }
+            "shutdown" => {
+                self.need_role(Role::Admin, "stop the store")?;
+                match &self.server.shutdown {
+                    Some(n) => {
+                        answer_ok(&self.out, id, &());
+                        n.notify_one();
+                    }
+                    None => {
+                        return Err(Error::invalid(
+                            "this store is owned by an application process, not `tinystore serve`: stop that process instead",
+                        ));
+                    }
+                }
+            }
+            other => {
+                return Err(Error::invalid(format!(
+                    "unknown op {other:?}: use hello, publish, subscribe, unsubscribe, acquire, renew, release, ping, status or shutdown"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn holder_id(session: &str, holder: u64) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = foldhash::quality::FixedState::with_seed(7).build_hasher();
+    session.hash(&mut h);
+    holder.hash(&mut h);
+    h.finish() | 1
+}
+
+/// Forwards a subscription's events while the connection has room.
+async fn forward(sub: RawSubscription, id: u64, out: Arc<Outbox>) {
+    let mut buf = Vec::with_capacity(16 * 1024);
+    loop {
+        out.room().await;
+        if out.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(ev) = sub.next().await else {
+            out.send(&Reply { ev: Some("end".into()), sub: Some(id), ..Default::default() });
+            return;
+        };
+        buf.clear();
+        encode_event(&mut buf, id, ev, sub.resume_point().next);
+        while buf.len() < 64 * 1024 {
+            match sub.try_next() {
+                Some(ev) => encode_event(&mut buf, id, ev, sub.resume_point().next),
+                None => break,
+            }
+        }
+        out.push(std::mem::replace(&mut buf, Vec::with_capacity(16 * 1024)));
+    }
+}
+
+/// Writes one event frame; a message's JSON is copied as is, never reparsed.
+fn encode_event(buf: &mut Vec<u8>, sub: u64, ev: Event, next: u64) {
+    match ev {
+        Event::Message(m) => {
+            let start = buf.len();
+            buf.extend_from_slice(&[0; 4]);
+            buf.extend_from_slice(b"{\"ev\":\"msg\",\"sub\":");
+            buf.extend_from_slice(sub.to_string().as_bytes());
+            buf.extend_from_slice(b",\"branch\":");
+            serde_json::to_writer(&mut *buf, &*m.branch).expect("keys serialize");
+            buf.extend_from_slice(format!(",\"seq\":{},\"next\":{},\"data\":", m.seq, next).as_bytes());
+            buf.extend_from_slice(&m.data);
+            buf.push(b'}');
+            let len = (buf.len() - start - 4) as u32;
+            buf[start..start + 4].copy_from_slice(&len.to_be_bytes());
+        }
+        Event::Missed(missed) => {
+            wire::encode(&Reply { ev: Some("missed".into()), sub: Some(sub), missed: Some(missed), next: Some(next), ..Default::default() }, buf)
+        }
+    }
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::UnboundedReceiver<Vec<u8>>, out: Arc<Outbox>) {
+    let mut buf = Vec::with_capacity(256 * 1024);
+    while let Some(f) = rx.recv().await {
+        buf.clear();
+        buf.extend_from_slice(&f);
+        while buf.len() < 256 * 1024 {
+            match rx.try_recv() {
+                Ok(f) => buf.extend_from_slice(&f),
+                Err(_) => break,
+            }
+        }
+        let ok = wr.write_all(&buf).await.is_ok();
+        out.pending.fetch_sub(buf.len(), Ordering::AcqRel);
+        out.drained.notify_waiters();
+        if !ok {
+            out.closed.store(true, Ordering::Release);
+            break;
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+/// The tokens of TCP clients: `<dir>/tokens`, one `role token` a line.
+pub(crate) struct Tokens {
+    list: Vec<(Role, Vec<u8>)>,
+}
+
+impl Tokens {
+    pub(crate) fn load(dir: &std::path::Path) -> Result<Tokens> {
+        let path = dir.join("tokens");
+        let text = std::fs::read_to_string(&path).map_err(|_| {
+            Error::new(
+                ErrorKind::Auth,
+                format!("TCP needs tokens: none in {}; make one with `tinystore token new {}`", path.display(), dir.display()),
+            )
+        })?;
+        let mut list = Vec::new();
+        for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            let (role, tok) = line.split_once(' ').ok_or_else(|| Error::invalid(format!("{}: a line is `role token`", path.display())))?;
+            let role = Role::parse(role).ok_or_else(|| Error::invalid(format!("{}: a role is read, data or admin", path.display())))?;
+            list.push((role, tok.trim().as_bytes().to_vec()));
+        }
+        if list.is_empty() {
+            return Err(Error::new(ErrorKind::Auth, format!("{} has no token", path.display())));
+        }
+        Ok(Tokens { list })
+    }
+
+    /// The role of `token`, compared in constant time; the token is never logged.
+    fn check(&self, token: Option<&str>) -> Result<Role> {
+        use subtle::ConstantTimeEq;
+        let given = token.unwrap_or("").as_bytes();
+        let mut found = None;
+        for (role, t) in &self.list {
+            if bool::from(t.as_slice().ct_eq(given)) {
+                found = Some(*role);
+            }
+        }
+        found.ok_or_else(|| Error::new(ErrorKind::Auth, "a missing or wrong token: pass the token from the store's tokens file"))
+    }
+}

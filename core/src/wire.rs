@@ -1,0 +1,315 @@
+//! The wire: length-prefixed JSON frames between a client and the owner.
+//!
+//! A frame is a 4-byte big-endian length, then one JSON object. The client
+//! speaks first with `hello`; every request carries an `id` that its answer
+//! echoes; the server pushes subscription events and lease losses unasked.
+//! Fences travel as decimal strings. See `docs/wire.md`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::channels::{Missed, Resume};
+use crate::error::{Error, ErrorKind, Result};
+use crate::fence::Fence;
+use crate::key::Key;
+use crate::limits::MAX_MESSAGE_BYTES;
+
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The largest frame either side accepts: a largest message plus room for
+/// its envelope. A larger one closes the connection that sent it.
+pub const MAX_FRAME_BYTES: usize = MAX_MESSAGE_BYTES + 64 * 1024;
+
+/// A request from a client: `id`, `op`, and the fields the op needs.
+///
+/// One flat shape serves every op, so a message's JSON (`data`) passes
+/// through without being parsed again. Unknown fields are refused.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request<'a> {
+    /// Echoed by the answer.
+    pub id: u64,
+    /// `hello`, `publish`, `subscribe`, `unsubscribe`, `acquire`, `renew`,
+    /// `release`, `ping`, `status` or `shutdown`.
+    pub op: std::borrow::Cow<'a, str>,
+    /// hello: the protocol version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u32>,
+    /// hello: the client's name, shown by `status`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// hello: identifies the client across reconnects (retry-safe holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// hello: the token (TCP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// publish, subscribe: the channel's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    /// publish, subscribe: the branch's path of keys (strings or integers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<Vec<Key>>,
+    /// publish: the message, any JSON.
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    pub data: Option<&'a RawValue>,
+    /// subscribe, unsubscribe: the subscription's number, chosen by the client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub: Option<u64>,
+    /// subscribe: also every branch below.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recursive: Option<bool>,
+    /// subscribe: go on from here after a reconnect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<WireResume>,
+    /// acquire: the lock's or semaphore's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<String>,
+    /// acquire: a semaphore's limit; absent or 0 for a lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// acquire: the key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<Key>,
+    /// acquire: who holds, within the session (LOCK-08 re-entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<u64>,
+    /// acquire: unique per session, so a retried hold gets the same lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<u64>,
+    /// acquire: the lease's ttl in milliseconds (1,000 to 3,600,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// acquire: maxHold in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_hold_ms: Option<u64>,
+    /// acquire: how long to wait in milliseconds; 0 tries once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+    /// renew, release: the lease's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<u64>,
+    /// renew, release: the lease's fence, checked against the lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<Fence>,
+}
+
+impl<'a> Request<'a> {
+    /// A request of `op` with id `id` and no fields yet.
+    pub fn new(id: u64, op: &'static str) -> Request<'a> {
+        Request { id, op: op.into(), ..Default::default() }
+    }
+}
+
+/// Takes a required field, or says which one is missing.
+pub fn need<T>(v: Option<T>, op: &str, field: &str) -> Result<T> {
+    v.ok_or_else(|| Error::invalid(format!("op {op:?} needs the field {field:?}; see docs/wire.md")))
+}
+
+/// Where a subscription goes on after a reconnect.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct WireResume {
+    /// The epoch of the store that gave `at`.
+    pub epoch: u64,
+    /// The log and position.
+    pub log: u64,
+    /// The next position to read.
+    pub next: u64,
+}
+
+impl WireResume {
+    /// The engine's resume point.
+    pub fn at(&self) -> Resume {
+        Resume { log: self.log, next: self.next }
+    }
+}
+
+/// A frame from the server: the answer to request `id` (with `ok` or
+/// `err`), or an event `ev` pushed unasked.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Reply<'a> {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    /// The answer's value.
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    pub ok: Option<&'a RawValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub err: Option<WireError>,
+    /// `msg`, `missed`, `end`, `lost` or `closing`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ev: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<Vec<Key>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    /// msg, missed: where a resume would go on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<u64>,
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    pub data: Option<&'a RawValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missed: Option<Missed>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// An error on the wire: a code and a message.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WireError {
+    pub code: String,
+    pub message: String,
+}
+
+impl From<&Error> for WireError {
+    fn from(e: &Error) -> WireError {
+        WireError { code: e.code().to_owned(), message: e.message().to_owned() }
+    }
+}
+
+impl From<WireError> for Error {
+    fn from(w: WireError) -> Error {
+        Error::new(ErrorKind::from_code(&w.code).unwrap_or(ErrorKind::Protocol), w.message)
+    }
+}
+
+/// The answer to `hello`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HelloOk {
+    pub version: u32,
+    pub epoch: u64,
+    pub dir: String,
+    pub pid: u32,
+}
+
+/// The answer to `acquire`: `lease` is absent when a try found the key held.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AcquireOk {
+    pub lease: Option<u64>,
+    #[serde(default)]
+    pub fence: Option<Fence>,
+    /// How long the request waited in line before the grant.
+    #[serde(default)]
+    pub waited_ms: u64,
+}
+
+/// The answer to `subscribe`: where the subscription reads, for a resume.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubscribeOk {
+    pub epoch: u64,
+    pub log: u64,
+    pub next: u64,
+}
+
+/// Appends one frame (length, then the JSON of `v`) to `out`.
+pub fn encode<T: Serialize>(v: &T, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    serde_json::to_writer(&mut *out, v).expect("wire values serialize");
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+/// One frame's JSON, as bytes.
+pub fn frame<T: Serialize>(v: &T) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    encode(v, &mut out);
+    out
+}
+
+/// Reads frames from a byte stream.
+pub struct FrameReader<R> {
+    inner: R,
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> FrameReader<R> {
+    /// Reads frames from `inner`.
+    pub fn new(inner: R) -> FrameReader<R> {
+        FrameReader { inner, buf: Vec::with_capacity(64 * 1024), start: 0 }
+    }
+
+    /// The stream underneath.
+    pub fn get_mut(&mut self) -> &mut R {
+        &mut self.inner
+    }
+
+    /// The next frame's JSON; `Ok(None)` at a clean end of the stream.
+    /// Errors with `protocol` for a frame over [`MAX_FRAME_BYTES`] or a
+    /// stream cut inside a frame.
+    pub async fn next(&mut self) -> Result<Option<&[u8]>> {
+        use tokio::io::AsyncReadExt;
+        loop {
+            let avail = &self.buf[self.start..];
+            if avail.len() >= 4 {
+                let len = u32::from_be_bytes(avail[..4].try_into().expect("4 bytes")) as usize;
+                if len > MAX_FRAME_BYTES {
+                    return Err(Error::new(
+                        ErrorKind::Protocol,
+                        format!("a frame of {len} bytes is over the limit of {MAX_FRAME_BYTES}"),
+                    ));
+                }
+                if avail.len() >= 4 + len {
+                    let s = self.start + 4;
+                    self.start += 4 + len;
+                    return Ok(Some(&self.buf[s..s + len]));
+                }
+            }
+            if self.start > 0 {
+                self.buf.drain(..self.start);
+                self.start = 0;
+            }
+            if self.buf.capacity() - self.buf.len() < 16 * 1024 {
+                self.buf.reserve(64 * 1024);
+            }
+            let n = self.inner.read_buf(&mut self.buf).await.map_err(|e| Error::io("reading from the connection", e))?;
+            if n == 0 {
+                if self.buf.is_empty() {
+                    return Ok(None);
+                }
+                return Err(Error::new(ErrorKind::Protocol, "the connection ended inside a frame"));
+            }
+        }
+    }
+}
+
+/// Parses an address: `unix:PATH` or `tcp:HOST:PORT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Address {
+    /// A Unix socket at this path.
+    Unix(std::path::PathBuf),
+    /// A TCP host and port.
+    Tcp(String),
+}
+
+impl Address {
+    /// Parses `unix:PATH` or `tcp:HOST:PORT`; errors with `invalid` and examples.
+    pub fn parse(s: &str) -> Result<Address> {
+        if let Some(p) = s.strip_prefix("unix:") {
+            if !p.is_empty() {
+                return Ok(Address::Unix(p.into()));
+            }
+        } else if let Some(hp) = s.strip_prefix("tcp:")
+            && hp.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+        {
+            return Ok(Address::Tcp(hp.to_owned()));
+        }
+        Err(Error::invalid(format!(
+            "address {s:?} is not understood: write unix:PATH (like unix:data/tinystore.sock) or tcp:HOST:PORT (like tcp:127.0.0.1:7070)"
+        )))
+    }
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Address::Unix(p) => write!(f, "unix:{}", p.display()),
+            Address::Tcp(hp) => write!(f, "tcp:{hp}"),
+        }
+    }
+}
