@@ -25,6 +25,8 @@ export declare class NativeLease {
   get fence(): bigint | null
   /** True once the lease was lost (`maxHold`, ttl, the store closed). */
   get lost(): boolean
+  /** Why the lease was lost; null while it is held or after it was let go. */
+  get lostMessage(): string | null
   /**
    * Resolves when the lease ends: with the lost-lease message if it was
    * lost, with null if it was let go first.
@@ -43,12 +45,13 @@ export declare class NativeLock {
   get name(): string
   /**
    * Takes `key` for `holder`, waiting up to `wait` (the handle's when not
-   * given). Errors: `timeout`, `conflict` (the holder already holds the
-   * key), `invalid`, `closed`.
+   * given): the lease now when the key is free, else a promise of it.
+   * Errors: `timeout`, `conflict` (the holder already holds the key),
+   * `invalid`, `closed`.
    */
-  acquire(key: JsKey, holderId: bigint, wait?: JsDuration | undefined | null): Promise<NativeLease>
+  acquire(key: JsKey, holderId: bigint, wait?: JsDuration | undefined | null): NativeLease | Promise<NativeLease>
   /** Takes `key` for `holder` if it is free now; null otherwise. Never waits. */
-  tryAcquire(key: JsKey, holderId: bigint): Promise<NativeLease | null>
+  tryAcquire(key: JsKey, holderId: bigint): NativeLease | null | Promise<NativeLease | null>
 }
 
 /** A store, owned by this process or connected to another's. */
@@ -68,10 +71,10 @@ export declare class NativeStore {
   /** Checks a channel name (and that the store is open) when a handle is made. */
   checkChannel(name: string): void
   /**
-   * Publishes JSON text to a branch. Returns nothing when the store took
+   * Publishes JSON text to a branch. Gives nothing when the store took
    * the message at once (always, in the owning process), else a promise.
    */
-  publish(channel: string, branch: Array<JsKey>, json: string): Promise<undefined> | null
+  publish(channel: string, branch: Array<JsKey>, json: string): void | Promise<void>
   /**
    * Subscribes to a branch (and every branch below it when `recursive`);
    * resolves once the store has the subscription.

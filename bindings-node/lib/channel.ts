@@ -1,4 +1,4 @@
-import { settle, sync } from './errors'
+import { now, settle } from './errors'
 import { encode, type Message, type Missed } from './message'
 import type { NativeStore } from './native'
 import { MessageIterator, Subscription, type SubscribeOptions } from './subscription'
@@ -43,8 +43,7 @@ export class Branch<T> implements AsyncIterable<Message<T>> {
    * cannot carry; {@link ClosedError}.
    */
   async publish(value: T): Promise<void> {
-    const later = sync(() => this.store.publish(this.name, this.path as Key[], encode(value)))
-    if (later) await settle(later)
+    await now(() => this.store.publish(this.name, this.path as Key[], encode(value)))
   }
 
   /**

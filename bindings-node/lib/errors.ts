@@ -210,3 +210,12 @@ export async function settle<T>(p: Promise<T>): Promise<T> {
     throw fromNative(e)
   }
 }
+
+/**
+ * Runs a native call that answers now or with a promise (an engine call that
+ * is usually ready at once), turning its error into a {@link TinyStoreError}.
+ */
+export async function now<T>(f: () => T | Promise<T>): Promise<T> {
+  const r = sync(f)
+  return r instanceof Promise ? settle(r) : r
+}

@@ -10,17 +10,29 @@ import { native, type NativeLease } from './native'
 export class Permit {
   /** @internal */
   protected readonly native: NativeLease
+  #lost?: AbortController
+
+  /** @internal Made by `hold`. */
+  constructor(native: NativeLease) {
+    this.native = native
+  }
+
   /**
-   * Fires when the permit is lost (its `maxHold` ran out, its ttl over a
+   * Fires when the lease is lost (its `maxHold` ran out, its ttl over a
    * connection, or the store closed); its `reason` is a {@link LostError}.
    * Pass it to whatever the function awaits, so the work stops.
    */
-  readonly signal: AbortSignal
-
-  /** @internal Made by `hold`. */
-  constructor(native: NativeLease, signal: AbortSignal) {
-    this.native = native
-    this.signal = signal
+  get signal(): AbortSignal {
+    if (!this.#lost) {
+      const lost = (this.#lost = new AbortController())
+      const abort = (message: string | null) => {
+        if (message !== null && message !== undefined) lost.abort(new LostError(message))
+      }
+      const now = this.native.lostMessage
+      if (now !== null && now !== undefined) abort(now)
+      else this.native.ended().then(abort, () => {})
+    }
+    return this.#lost.signal
   }
 
   /** True once the lease was lost; the `hold` then ends with a {@link LostError}. */
@@ -65,19 +77,12 @@ export function currentHolder(): bigint {
 export async function runUnder<L extends Permit, R>(
   held: NativeLease,
   holder: bigint,
-  make: (native: NativeLease, signal: AbortSignal) => L,
+  make: (native: NativeLease) => L,
   fn: (lease: L) => R | PromiseLike<R>,
 ): Promise<R> {
-  const lost = new AbortController()
-  held.ended().then(
-    (message) => {
-      if (message !== null && message !== undefined) lost.abort(new LostError(message))
-    },
-    () => {},
-  )
   let value: R
   try {
-    value = await holders.run(holder, () => fn(make(held, lost.signal)))
+    value = await holders.run(holder, () => fn(make(held)))
   } catch (err) {
     try {
       held.release()

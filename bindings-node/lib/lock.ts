@@ -1,6 +1,6 @@
-import { settle, sync } from './errors'
+import { now, sync } from './errors'
 import { currentHolder, Lease, Permit, runUnder } from './lease'
-import type { NativeLock, NativeStore } from './native'
+import type { NativeLease, NativeLock, NativeStore } from './native'
 import type { Duration, Key } from './types'
 
 /** Options of a lock handle, checked when the handle is made. */
@@ -47,7 +47,7 @@ abstract class Holdable<L extends Permit> {
   }
 
   /** @internal */
-  protected abstract make(native: import('./native').NativeLease, signal: AbortSignal): L
+  protected abstract make(native: NativeLease): L
 
   /** The handle's name. */
   get name(): string {
@@ -70,8 +70,8 @@ abstract class Holdable<L extends Permit> {
    */
   async hold<R>(key: Key, fn: (lease: L) => R | PromiseLike<R>, options: HoldOptions = {}): Promise<R> {
     const holder = currentHolder()
-    const held = await settle(this.native.acquire(key, holder, options.wait))
-    return runUnder(held, holder, (n, s) => this.make(n, s), fn)
+    const held = await now(() => this.native.acquire(key, holder, options.wait))
+    return runUnder(held, holder, (n) => this.make(n), fn)
   }
 
   /**
@@ -83,9 +83,9 @@ abstract class Holdable<L extends Permit> {
    */
   async tryHold<R>(key: Key, fn: (lease: L) => R | PromiseLike<R>): Promise<TryHoldResult<R>> {
     const holder = currentHolder()
-    const held = await settle(this.native.tryAcquire(key, holder))
+    const held = await now(() => this.native.tryAcquire(key, holder))
     if (!held) return { acquired: false }
-    return { acquired: true, value: await runUnder(held, holder, (n, s) => this.make(n, s), fn) }
+    return { acquired: true, value: await runUnder(held, holder, (n) => this.make(n), fn) }
   }
 }
 
@@ -95,8 +95,8 @@ abstract class Holdable<L extends Permit> {
  */
 export class Lock extends Holdable<Lease> {
   /** @internal */
-  protected make(native: import('./native').NativeLease, signal: AbortSignal): Lease {
-    return new Lease(native, signal)
+  protected make(native: NativeLease): Lease {
+    return new Lease(native)
   }
 }
 
@@ -106,8 +106,8 @@ export class Lock extends Holdable<Lease> {
  */
 export class Semaphore extends Holdable<Permit> {
   /** @internal */
-  protected make(native: import('./native').NativeLease, signal: AbortSignal): Permit {
-    return new Permit(native, signal)
+  protected make(native: NativeLease): Permit {
+    return new Permit(native)
   }
 }
 

@@ -49,24 +49,29 @@ export class Subscription {
 
   async #run(handler: (m: Message<any>) => unknown, options: SubscribeOptions): Promise<void> {
     const report = options.onError ?? warn
+    const read = reader(this.#native)
     let missed: Missed | undefined
-    for await (const e of events(this.#native)) {
-      if (this.#stopped) return
-      try {
-        let r: unknown
-        if (e.reason !== undefined) {
-          missed = toMissed(e)
-          r = options.onMissed?.(missed)
-        } else {
-          r = handler(toMessage(e, missed))
-          missed = undefined
-        }
-        if (isThenable(r)) await r
-      } catch (err) {
+    for (;;) {
+      const batch = await read()
+      if (batch.length === 0) return
+      for (const e of batch) {
+        if (this.#stopped) return
         try {
-          report(err)
-        } catch {
-          // An onError that throws has nowhere else to go.
+          let r: unknown
+          if (e.reason !== undefined) {
+            missed = toMissed(e)
+            r = options.onMissed?.(missed)
+          } else {
+            r = handler(toMessage(e, missed))
+            missed = undefined
+          }
+          if (isThenable(r)) await r
+        } catch (err) {
+          try {
+            report(err)
+          } catch {
+            // An onError that throws has nowhere else to go.
+          }
         }
       }
     }
@@ -104,7 +109,8 @@ export class Subscription {
 export class MessageIterator<T> implements AsyncIterableIterator<Message<T>> {
   #open: () => Promise<NativeSubscription>
   #native?: Promise<NativeSubscription>
-  #events?: AsyncIterator<NativeEvent>
+  #read?: () => Promise<NativeEvent[]>
+  #queue: NativeEvent[] = []
   #onMissed?: (missed: Missed) => unknown
   #closed = false
 
@@ -120,7 +126,7 @@ export class MessageIterator<T> implements AsyncIterableIterator<Message<T>> {
    */
   async ready(): Promise<this> {
     this.#native ??= this.#open()
-    this.#events ??= events(await this.#native)
+    this.#read ??= reader(await this.#native)
     return this
   }
 
@@ -130,9 +136,9 @@ export class MessageIterator<T> implements AsyncIterableIterator<Message<T>> {
     await this.ready()
     let missed: Missed | undefined
     for (;;) {
-      const r = await this.#events!.next()
-      if (r.done) return { done: true, value: undefined }
-      const e = r.value
+      if (this.#queue.length === 0) this.#queue = await this.#read!()
+      const e = this.#queue.shift()
+      if (e === undefined) return { done: true, value: undefined }
       if (e.reason === undefined) return { done: false, value: toMessage<T>(e, missed) }
       missed = toMissed(e)
       const told = this.#onMissed?.(missed)
@@ -153,19 +159,18 @@ export class MessageIterator<T> implements AsyncIterableIterator<Message<T>> {
   }
 }
 
-/** The events of a native subscription, a batch per crossing, until it ends. */
-async function* events(native: NativeSubscription): AsyncGenerator<NativeEvent> {
+/**
+ * Reads a native subscription a batch per crossing: what is ready now, else
+ * waits for the next; an empty batch once it ended.
+ */
+function reader(native: NativeSubscription): () => Promise<NativeEvent[]> {
   let ready = 0
-  for (;;) {
-    let batch = native.take(BATCH)
-    if (batch.length > 0) {
-      // Events keep coming without a wait: let the event loop breathe now and then.
-      if (++ready % 8 === 0) await yieldToLoop()
-    } else {
-      batch = await settle(native.next(BATCH))
-      if (batch.length === 0) return
-    }
-    yield* batch
+  return async () => {
+    const batch = native.take(BATCH)
+    if (batch.length === 0) return settle(native.next(BATCH))
+    // Events keep coming without a wait: let the event loop breathe now and then.
+    if (++ready % 8 === 0) await yieldToLoop()
+    return batch
   }
 }
 

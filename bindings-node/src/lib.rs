@@ -11,6 +11,7 @@ mod database;
 mod errors;
 mod fence;
 mod lock;
+mod ready;
 mod store;
 mod subscription;
 

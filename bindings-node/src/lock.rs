@@ -2,7 +2,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use napi::bindgen_prelude::BigInt;
+use napi::Env;
+use napi::bindgen_prelude::{BigInt, Either, PromiseRaw};
 use napi_derive::napi;
 use tinystore::RawLock;
 use tinystore::locks::{Holder, LockOptions, RawLease};
@@ -10,6 +11,7 @@ use tokio::sync::watch;
 
 use crate::convert::{self, JsDuration, JsKey};
 use crate::errors::{IntoNapi, invalid, to_napi};
+use crate::ready::now_or_promise;
 
 /// A fresh holder id: one per logical holder (one `hold` call and the
 /// asynchronous work it starts), so a nested `hold` of the same key fails at
@@ -49,27 +51,39 @@ impl NativeLock {
     }
 
     /// Takes `key` for `holder`, waiting up to `wait` (the handle's when not
-    /// given). Errors: `timeout`, `conflict` (the holder already holds the
-    /// key), `invalid`, `closed`.
-    #[napi]
-    pub async fn acquire(&self, key: JsKey, holder_id: BigInt, wait: Option<JsDuration>) -> napi::Result<NativeLease> {
+    /// given): the lease now when the key is free, else a promise of it.
+    /// Errors: `timeout`, `conflict` (the holder already holds the key),
+    /// `invalid`, `closed`.
+    #[napi(ts_return_type = "NativeLease | Promise<NativeLease>")]
+    pub fn acquire<'env>(
+        &self,
+        env: &'env Env,
+        key: JsKey,
+        holder_id: BigInt,
+        wait: Option<JsDuration>,
+    ) -> napi::Result<Either<NativeLease, PromiseRaw<'env, NativeLease>>> {
         let key = convert::key(key)?;
         let holder = holder(holder_id)?;
         let wait = match convert::opt_duration(wait)? {
             Some(w) => tinystore::limits::check_positive("wait", w).napi()?,
             None => self.opts.wait,
         };
-        let lease = self.raw.acquire(key, holder, self.opts.terms(), wait).await.napi()?;
-        Ok(NativeLease::new(lease))
+        let (raw, terms) = (self.raw.clone(), self.opts.terms());
+        now_or_promise(env, async move { raw.acquire(key, holder, terms, wait).await.napi().map(NativeLease::new) })
     }
 
     /// Takes `key` for `holder` if it is free now; null otherwise. Never waits.
-    #[napi]
-    pub async fn try_acquire(&self, key: JsKey, holder_id: BigInt) -> napi::Result<Option<NativeLease>> {
+    #[napi(ts_return_type = "NativeLease | null | Promise<NativeLease | null>")]
+    pub fn try_acquire<'env>(
+        &self,
+        env: &'env Env,
+        key: JsKey,
+        holder_id: BigInt,
+    ) -> napi::Result<Either<Option<NativeLease>, PromiseRaw<'env, Option<NativeLease>>>> {
         let key = convert::key(key)?;
         let holder = holder(holder_id)?;
-        let lease = self.raw.try_acquire(key, holder, self.opts.terms()).await.napi()?;
-        Ok(lease.map(NativeLease::new))
+        let (raw, terms) = (self.raw.clone(), self.opts.terms());
+        now_or_promise(env, async move { Ok(raw.try_acquire(key, holder, terms).await.napi()?.map(NativeLease::new)) })
     }
 }
 
@@ -110,20 +124,20 @@ impl NativeLease {
         *self.state.borrow() == LOST
     }
 
+    /// Why the lease was lost; null while it is held or after it was let go.
+    #[napi(getter)]
+    pub fn lost_message(&self) -> Option<String> {
+        let lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
+        lease.as_ref().filter(|l| l.is_lost()).map(|l| l.lost_error().message().to_owned())
+    }
+
     /// Resolves when the lease ends: with the lost-lease message if it was
     /// lost, with null if it was let go first.
     #[napi]
     pub async fn ended(&self) -> Option<String> {
         let mut rx = self.state.subscribe();
         let end = rx.wait_for(|s| *s != HELD).await.map(|s| *s).unwrap_or(RELEASED);
-        if end != LOST {
-            return None;
-        }
-        let lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
-        Some(match &*lease {
-            Some(l) => l.lost_error().message().to_owned(),
-            None => "the lease was lost: another holder may have the key now".to_owned(),
-        })
+        if end == LOST { self.lost_message() } else { None }
     }
 
     /// Lets the key go. Errors with `lost` when the lease had been lost:

@@ -1,7 +1,6 @@
 //! The store: open or connect, close, and the handles made from it.
 
-use futures::FutureExt;
-use napi::bindgen_prelude::{BigInt, PromiseRaw};
+use napi::bindgen_prelude::{BigInt, Either, PromiseRaw};
 use napi::Env;
 use napi_derive::napi;
 use tinystore::Store;
@@ -12,6 +11,7 @@ use crate::convert::{self, JsDuration, JsKey};
 use crate::database::NativeDatabase;
 use crate::errors::{IntoNapi, blocking};
 use crate::lock::NativeLock;
+use crate::ready::now_or_promise;
 use crate::subscription::NativeSubscription;
 
 /// A store, owned by this process or connected to another's.
@@ -66,28 +66,20 @@ impl NativeStore {
         self.store.channel::<()>(&name).open().napi().map(drop)
     }
 
-    /// Publishes JSON text to a branch. Returns nothing when the store took
+    /// Publishes JSON text to a branch. Gives nothing when the store took
     /// the message at once (always, in the owning process), else a promise.
-    #[napi]
+    #[napi(ts_return_type = "void | Promise<void>")]
     pub fn publish<'env>(
         &self,
         env: &'env Env,
         channel: String,
         branch: Vec<JsKey>,
         json: String,
-    ) -> napi::Result<Option<PromiseRaw<'env, ()>>> {
+    ) -> napi::Result<Either<(), PromiseRaw<'env, ()>>> {
         let store = self.store.clone();
         let branch = convert::keys(branch)?;
         let data = json.into_bytes().into_boxed_slice();
-        let mut fut = Box::pin(async move { store.publish_raw(&channel, &branch, data).await.napi() });
-        let now = {
-            let _rt = tinystore::runtime::handle().enter();
-            (&mut fut).now_or_never()
-        };
-        match now {
-            Some(r) => r.map(|()| None),
-            None => env.spawn_future(fut).map(Some),
-        }
+        now_or_promise(env, async move { store.publish_raw(&channel, &branch, data).await.napi() })
     }
 
     /// Subscribes to a branch (and every branch below it when `recursive`);

@@ -8,6 +8,12 @@ import { it } from 'node:test'
 
 import { open, TinyStoreError, InvalidError, type Store } from 'tinystore'
 
+it('import gives every export of require', async () => {
+  const cjs = createRequire(import.meta.url)('tinystore') as Record<string, unknown>
+  const esm = (await import('tinystore')) as Record<string, unknown>
+  for (const name of Object.keys(cjs)) assert.equal(esm[name], cjs[name], `export ${name}`)
+})
+
 it('import works: named exports, and the same classes as require', async () => {
   const store: Store = await open(mkdtempSync(join(tmpdir(), 'tinystore-esm-')))
   const cjs = createRequire(import.meta.url)('tinystore') as typeof import('tinystore')

@@ -38,7 +38,6 @@ describe('the package', () => {
     const cases: Array<[() => unknown, string, new (...a: any[]) => tinystore.TinyStoreError]> = [
       [() => store.channel('Bad Name'), 'invalid', tinystore.InvalidError],
       [() => store.channel('big').publish('x'.repeat(2 << 20)), 'limit', tinystore.LimitError],
-      [() => tinystore.open(dir), 'owned', tinystore.OwnedError],
       [() => store.database('x').then((db) => db.exec('nonsense')), 'sql', tinystore.SqlError],
       [() => store.lock('t', { wait: 1 }).hold('k', () => store.lock('t', { wait: 1 }).hold('k', () => 0)), 'conflict', tinystore.ConflictError],
     ]

@@ -85,11 +85,13 @@ for (const mode of MODES) {
       const sent: unknown[] = []
       const send = (data: unknown) => void sent.push(data)
       const stuck = gate()
-      let first = true
-      const sub = await events.under(chatId).subscribe(async m => { send(m.value); if (first) { first = false; await stuck.promise } }, {
+      const firstSeen = gate()
+      const sub = await events.under(chatId).subscribe(async m => { send(m.value); if (m.value.id === 1) { firstSeen.open(); await stuck.promise } }, {
         onMissed: () => send({ kind: 'reload' }),
       })
-      for (let id = 1; id <= 1100; id++) await events.under(chatId).publish({ kind: 'message', id })
+      await events.under(chatId).publish({ kind: 'message', id: 1 })
+      await firstSeen.promise // the phone is stuck on a slow network
+      for (let id = 2; id <= 1100; id++) await events.under(chatId).publish({ kind: 'message', id })
       stuck.open()
       await until(() => sent.length === 2 + 1024)
       assert.deepEqual(sent.slice(0, 3), [{ kind: 'message', id: 1 }, { kind: 'reload' }, { kind: 'message', id: 1100 - 1023 }])
