@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict'
-import { after, describe, it } from 'node:test'
+import { describe, it } from 'node:test'
 
-import { InvalidError, LimitError, type Message, type Missed, type Store } from 'tinystore'
+import { InvalidError, LimitError, type Message, type Missed } from 'tinystore'
 
-import { blockLoop, gate, makeStore, MODES, sleep, until } from './helpers'
+import { blockLoop, gate, makeStore, MODES, sleep, suiteStores, until } from './helpers'
 
 interface Ev {
   n: number
@@ -12,15 +12,7 @@ interface Ev {
 
 for (const mode of MODES) {
   describe(`channels (${mode})`, () => {
-    const stores: Store[] = []
-    const store = async () => {
-      const s = await makeStore(mode)
-      stores.push(s)
-      return s
-    }
-    after(async () => {
-      for (const s of stores) await s.close()
-    })
+    const store = suiteStores(mode)
 
     it('CHAN-01 every message after subscribe arrives in publish order, also with many publishes in flight', async () => {
       const s = await store()

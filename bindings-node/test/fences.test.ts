@@ -2,11 +2,11 @@ import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { after, describe, it } from 'node:test'
+import { describe, it } from 'node:test'
 
-import { LostError, open, type Store } from 'tinystore'
+import { LostError, open } from 'tinystore'
 
-import { gate, makeStore, MODES, tempDir } from './helpers'
+import { gate, makeStore, MODES, suiteStores, tempDir } from './helpers'
 
 // The engine's own functions, for the vectors: not part of the public API.
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -49,10 +49,7 @@ describe('fences', () => {
 
 for (const mode of MODES) {
   describe(`fences (${mode})`, () => {
-    const stores: Store[] = []
-    after(async () => {
-      for (const s of stores) await s.close()
-    })
+    const store = suiteStores(mode)
 
     it('FENCE-02 the seeds\' fence check refuses a worker whose lease ran out while it was paused', async () => {
       const dir = tempDir()
@@ -61,14 +58,13 @@ for (const mode of MODES) {
         join(dir, '0004_summaries.sql'),
         "alter table chats add column summary text;\nalter table chats add column summary_fence text not null default '';\n",
       )
-      const store = await makeStore(mode)
-      stores.push(store)
-      const db = await store.database('chat', { migrations: dir })
+      const s = await store()
+      const db = await s.database('chat', { migrations: dir })
       const chatId = 7
       await db.exec`insert into chats (id, title) values (${chatId}, 'a chat')`
       // Worker A's lease ends at maxHold while it is paused; B takes the key.
-      const workerA = store.lock('summaries', { ttl: '1s', maxHold: '200ms' })
-      const workerB = store.lock('summaries', { ttl: '1s' })
+      const workerA = s.lock('summaries', { ttl: '1s', maxHold: '200ms' })
+      const workerB = s.lock('summaries', { ttl: '1s' })
       const aLost = gate()
       const bWrote = gate()
       const a = workerA.tryHold(chatId, async (lease) => {
@@ -101,8 +97,7 @@ for (const mode of MODES) {
       const first = await makeStore(mode, dir)
       const before = await first.lock('l').hold(1, (l) => l.fence)
       await first.close()
-      const second = await makeStore(mode, dir)
-      stores.push(second)
+      const second = await store(dir)
       const later = await second.lock('l').hold(1, (l) => l.fence)
       assert.ok(later > before, `${later} > ${before}`)
       assert.ok(second.epoch > before >> 64n)

@@ -4,6 +4,8 @@ import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 
+import { after } from 'node:test'
+
 import { open, type Store } from 'tinystore'
 
 /** How a test reaches its store. */
@@ -22,6 +24,22 @@ export async function makeStore(mode: Mode, dir: string = tempDir()): Promise<St
   switch (mode) {
     case 'owned':
       return open(dir)
+  }
+}
+
+/**
+ * For a suite: a function that makes stores as {@link makeStore} does, and
+ * closes every one of them after the suite.
+ */
+export function suiteStores(mode: Mode): (dir?: string) => Promise<Store> {
+  const stores: Store[] = []
+  after(async () => {
+    for (const s of stores) await s.close()
+  })
+  return async (dir?: string) => {
+    const s = await makeStore(mode, dir)
+    stores.push(s)
+    return s
   }
 }
 

@@ -1,21 +1,13 @@
 import assert from 'node:assert/strict'
-import { after, describe, it } from 'node:test'
+import { describe, it } from 'node:test'
 
-import { ConflictError, InvalidError, LostError, TimeoutError, type Store } from 'tinystore'
+import { ConflictError, InvalidError, LostError, TimeoutError } from 'tinystore'
 
-import { blockLoop, gate, makeStore, MODES, sleep } from './helpers'
+import { blockLoop, gate, makeStore, MODES, sleep, suiteStores } from './helpers'
 
 for (const mode of MODES) {
   describe(`locks (${mode})`, () => {
-    const stores: Store[] = []
-    const store = async () => {
-      const s = await makeStore(mode)
-      stores.push(s)
-      return s
-    }
-    after(async () => {
-      for (const s of stores) await s.close()
-    })
+    const store = suiteStores(mode)
 
     it('LOCK-01 many concurrent holders: at most one valid lease of a key at any moment', async () => {
       const s = await store()

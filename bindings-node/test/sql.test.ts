@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { after, describe, it } from 'node:test'
+import { describe, it } from 'node:test'
 
-import { SqlError, type Message, type Store } from 'tinystore'
+import { SqlError, type Message } from 'tinystore'
 
-import { makeStore, MODES, sleep, tempDir, until } from './helpers'
+import { MODES, sleep, suiteStores, tempDir, until } from './helpers'
 
 interface Note {
   id: number
@@ -13,15 +13,11 @@ interface Note {
 
 for (const mode of MODES) {
   describe(`sql (${mode})`, () => {
-    const stores: Store[] = []
-    after(async () => {
-      for (const s of stores) await s.close()
-    })
+    const makeStore = suiteStores(mode)
     const database = async () => {
       const dir = tempDir()
       writeFileSync(join(dir, '0001_notes.sql'), 'create table notes (id integer primary key, text text, data blob, score real);')
-      const store = await makeStore(mode)
-      stores.push(store)
+      const store = await makeStore()
       return { store, db: await store.database('notes', { migrations: dir }), dir }
     }
 
