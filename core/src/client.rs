@@ -86,6 +86,7 @@ impl Client {
                 }
             }
         })?;
+        *c.conn.lock() = Some(first.1.clone());
         let me = c.clone();
         runtime::spawn(async move { me.run(Some(first)).await });
         Ok(c)
@@ -145,16 +146,18 @@ impl Client {
             if self.closed.load(Ordering::Acquire) {
                 return;
             }
-            let dialed = match first.take() {
-                Some(d) => Ok(d),
-                None => self.dial().await,
+            let (dialed, again) = match first.take() {
+                Some(d) => (Ok(d), false),
+                None => (self.dial().await, true),
             };
             match dialed {
                 Ok((rd, conn, hello)) => {
                     backoff = Duration::from_millis(10);
                     *self.conn.lock() = Some(conn.clone());
                     self.connected.notify_waiters();
-                    self.after_connect(&conn, &hello);
+                    if again {
+                        self.after_connect(&conn, &hello);
+                    }
                     self.read_loop(rd, &conn).await;
                     conn.alive.store(false, Ordering::Release);
                     *self.conn.lock() = None;
@@ -722,13 +725,21 @@ impl RemoteLease {
     }
 
     /// Renews every third of the ttl; marks the lease lost at its deadline.
+    /// Renewals go out on schedule whether or not the last one was answered,
+    /// so one lost renewal costs a third of the ttl, never the lease (L11).
     fn start(self: &Arc<Self>) {
         let me = Arc::downgrade(self);
         let task = runtime::spawn(async move {
+            let mut next_send = Instant::now() + me.upgrade().map_or(Duration::ZERO, |l| l.ttl / 3);
             loop {
                 let Some(l) = me.upgrade() else { return };
                 let deadline = *l.deadline.lock();
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next_send.min(deadline).into()) => {}
+                    _ = l.kick.notified() => {}
+                }
                 let now = Instant::now();
+                let deadline = *l.deadline.lock();
                 if now >= deadline {
                     let why = if l.max_deadline.is_some_and(|m| now >= m) {
                         "it reached its maxHold"
@@ -738,32 +749,31 @@ impl RemoteLease {
                     l.mark_lost(why.into());
                     return;
                 }
-                let wake = (now + l.ttl / 3).min(deadline);
-                tokio::select! {
-                    _ = tokio::time::sleep_until(wake.into()) => {}
-                    _ = l.kick.notified() => {}
-                }
-                if Instant::now() >= *l.deadline.lock() {
-                    continue;
-                }
                 let Some(c) = l.client.upgrade() else { return };
                 let mut r = Request::new(0, "renew");
                 r.lease = Some(l.id);
                 r.fence = l.fence;
                 let sent = Instant::now();
-                let left = l.deadline.lock().saturating_duration_since(sent);
-                match tokio::time::timeout(left, c.call(r)).await {
-                    Ok(Ok(_)) => {
-                        let mut d = l.deadline.lock();
-                        let next = sent + l.ttl;
-                        *d = l.max_deadline.map_or(next, |m| m.min(next)).max(*d);
+                next_send = sent + l.ttl / 3;
+                let answer = match c.current().and_then(|conn| c.send_on(&conn, &mut r, true)) {
+                    Ok(rx) => rx.expect("an answer is awaited"),
+                    Err(_) => continue,
+                };
+                let l2 = l.clone();
+                // The answer may come after the next renewal is due: wait for
+                // it on the side, up to the deadline.
+                runtime::spawn(async move {
+                    let left = l2.deadline.lock().saturating_duration_since(sent);
+                    match tokio::time::timeout(left, answer).await {
+                        Ok(Ok(Ok(_))) => {
+                            let mut d = l2.deadline.lock();
+                            let next = sent + l2.ttl;
+                            *d = l2.max_deadline.map_or(next, |m| m.min(next)).max(*d);
+                        }
+                        Ok(Ok(Err(e))) if e.kind() == ErrorKind::Lost => l2.mark_lost(e.message().to_owned()),
+                        _ => {}
                     }
-                    Ok(Err(e)) if e.kind() == ErrorKind::Lost => {
-                        l.mark_lost(e.message().to_owned());
-                        return;
-                    }
-                    _ => {}
-                }
+                });
             }
         });
         *self.task.lock() = Some(task.abort_handle());

@@ -81,7 +81,8 @@ struct ConnInfo {
 }
 
 struct Outbox {
-    tx: mpsc::UnboundedSender<Vec<u8>>,
+    /// Taken when the connection ends, so the writer drains and closes.
+    tx: Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>>,
     pending: AtomicUsize,
     drained: Notify,
     last_heard: Mutex<Instant>,
@@ -91,7 +92,8 @@ struct Outbox {
 impl Outbox {
     fn push(&self, frame: Vec<u8>) {
         self.pending.fetch_add(frame.len(), Ordering::AcqRel);
-        if self.tx.send(frame).is_err() {
+        let sent = self.tx.lock().as_ref().is_some_and(|tx| tx.send(frame).is_ok());
+        if !sent {
             self.closed.store(true, Ordering::Release);
         }
     }
@@ -208,6 +210,7 @@ impl Server {
             if let Some(out) = c.out.upgrade() {
                 out.send(&Reply { ev: Some("closing".into()), ..Default::default() });
                 out.closed.store(true, Ordering::Release);
+                out.tx.lock().take();
             }
         }
     }
@@ -227,7 +230,7 @@ impl Server {
         let (rd, wr) = tokio::io::split(stream);
         let (tx, rx) = mpsc::unbounded_channel();
         let out = Arc::new(Outbox {
-            tx,
+            tx: Mutex::new(Some(tx)),
             pending: AtomicUsize::new(0),
             drained: Notify::new(),
             last_heard: Mutex::new(Instant::now()),
@@ -275,6 +278,7 @@ impl Server {
             }
         }
         out.closed.store(true, Ordering::Release);
+        out.tx.lock().take();
         out.drained.notify_waiters();
         for (_, t) in c.subs.drain() {
             t.abort();

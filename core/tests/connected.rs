@@ -1,0 +1,492 @@
+//! The contracts over a connection (a store owned by another handle, reached
+//! through its socket, often through a fault-injecting proxy), and the
+//! scenarios that cross the wire.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::proxy::Proxy;
+use tinystore::channels::{Event, Scope};
+use tinystore::locks::{Holder, Kind, Terms};
+use tinystore::{Delivery, Fence, Key, Missed, MissedReason, Store, runtime};
+
+fn owner_and_client() -> (Store, Store, tempfile::TempDir) {
+    let (owner, d) = common::store();
+    let client = Store::connect(&format!("unix:{}", d.path().join("tinystore.sock").display())).unwrap();
+    (owner, client, d)
+}
+
+fn through_proxy() -> (Store, Store, Proxy, tempfile::TempDir) {
+    let (owner, d) = common::store();
+    let p = Proxy::start(d.path(), &d.path().join("tinystore.sock"));
+    let client = Store::connect(&p.address()).unwrap();
+    (owner, client, p, d)
+}
+
+fn next_value(it: &mut tinystore::Messages<u64>, ms: u64) -> Option<Result<u64, Missed>> {
+    match it.next_timeout(Duration::from_millis(ms)).unwrap() {
+        Some(Delivery::Message(m)) => Some(Ok(m.value)),
+        Some(Delivery::Missed(m)) => Some(Err(m)),
+        None => None,
+    }
+}
+
+#[test]
+fn chan_01_connected_order_from_both_sides_and_p2_pipelined_publishes() {
+    let (owner, client, _d) = owner_and_client();
+    let events = client.channel::<u64>("c").open().unwrap();
+    let mut it = events.under(1).messages().unwrap();
+    // Pipelined: many publishes in flight at once from one connection.
+    let branch = [Key::from(1)];
+    let futs: Vec<_> = (0..500u64).map(|i| client.publish_raw("c", &branch, i.to_string().into_bytes().into_boxed_slice())).collect();
+    runtime::block_on(async {
+        for f in futs {
+            f.await.unwrap();
+        }
+    });
+    let mut got = Vec::new();
+    while let Some(Ok(v)) = next_value(&mut it, 500) {
+        got.push(v);
+    }
+    assert_eq!(got, (0..500).collect::<Vec<_>>());
+    owner.channel::<u64>("c").open().unwrap().under(1).publish(&7).unwrap();
+    assert_eq!(next_value(&mut it, 2000), Some(Ok(7)));
+}
+
+/// C4: subscribe returns in one handle, the other publishes at once: delivered.
+#[test]
+fn c4_subscribe_then_publish_at_once_is_delivered() {
+    let (owner, client, _d) = owner_and_client();
+    let events = owner.channel::<u64>("c").open().unwrap();
+    for i in 0..300u64 {
+        let sub = runtime::block_on(client.subscribe_raw("c", &[Key::from(i)], Scope::Branch, None)).unwrap();
+        events.under(i).publish(&i).unwrap();
+        let got = runtime::block_on(async { tokio::time::timeout(Duration::from_secs(2), sub.next()).await });
+        assert!(matches!(got, Ok(Some(Event::Message(_)))), "message {i} lost");
+    }
+}
+
+/// CHAN-02 and C1 over a connection: a blocked handler, 1,024 + N
+/// published: exactly one miss of N, then the next message.
+#[test]
+fn chan_02_c1_connected_blocked_handler_told_exact_count() {
+    let (owner, client, _d) = owner_and_client();
+    let events = client.channel::<u64>("c").open().unwrap();
+    let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+    let gate_rx = Mutex::new(gate_rx);
+    let log = Arc::new(Mutex::new(Vec::<String>::new()));
+    let (l1, l2) = (log.clone(), log.clone());
+    let sub = events
+        .under(1)
+        .on_missed(move |m| l1.lock().unwrap().push(format!("missed {:?} {}", m.count, m.reason.as_str())))
+        .subscribe(move |m| {
+            l2.lock().unwrap().push(format!("msg {}", m.value));
+            if m.value == 0 {
+                gate_rx.lock().unwrap().recv().unwrap();
+            }
+        })
+        .unwrap();
+    let pub_events = owner.channel::<u64>("c").open().unwrap();
+    pub_events.under(1).publish(&0).unwrap();
+    assert!(common::eventually(2000, || log.lock().unwrap().len() == 1));
+    let n = 21u64;
+    for i in 1..=(1024 + n) {
+        pub_events.under(1).publish(&i).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    gate_tx.send(()).unwrap();
+    assert!(common::eventually(5000, || log.lock().unwrap().len() == 2 + 1024));
+    let log = log.lock().unwrap();
+    assert_eq!(log[1], format!("missed Some({n}) behind"));
+    assert_eq!(log[2], format!("msg {}", n + 1));
+    assert_eq!(log.iter().filter(|l| l.starts_with("missed")).count(), 1);
+    drop(log);
+    sub.stop();
+}
+
+/// C6 and CHAN-04: the connection is cut; the SDK resubscribes by itself,
+/// says nothing when nothing was lost, and a probe published after arrives.
+#[test]
+fn chan_04_c6_forced_disconnect_resubscribes_silently_when_nothing_lost() {
+    let (owner, client, p, _d) = through_proxy();
+    let mut it = client.channel::<u64>("c").open().unwrap().under(1).messages().unwrap();
+    let events = owner.channel::<u64>("c").open().unwrap();
+    events.under(1).publish(&1).unwrap();
+    assert_eq!(next_value(&mut it, 2000), Some(Ok(1)));
+    p.cut();
+    std::thread::sleep(Duration::from_millis(300));
+    events.under(1).publish(&2).unwrap();
+    assert_eq!(next_value(&mut it, 3000), Some(Ok(2)), "no onMissed: the probe arrives and nothing is said");
+}
+
+/// C8: five messages published elsewhere during an outage: never silent.
+/// With another subscriber keeping the branch's log, all five arrive; with
+/// none, the client is told exactly five were missed, reason reconnect.
+#[test]
+fn chan_04_c8_publish_during_outage_is_never_silent() {
+    for kept in [true, false] {
+        let (owner, client, p, _d) = through_proxy();
+        let events = owner.channel::<u64>("c").open().unwrap();
+        let _keeper = kept.then(|| events.under(1).messages().unwrap());
+        let mut it = client.channel::<u64>("c").open().unwrap().under(1).messages().unwrap();
+        events.under(1).publish(&0).unwrap();
+        assert_eq!(next_value(&mut it, 2000), Some(Ok(0)));
+        p.stall();
+        p.cut();
+        // The owner has noticed the cut (only the keeper remains subscribed).
+        assert!(common::eventually(3000, || owner.status().subscriptions == kept as usize));
+        for i in 1..=5 {
+            events.under(1).publish(&i).unwrap();
+        }
+        p.resume();
+        if kept {
+            for i in 1..=5 {
+                assert_eq!(next_value(&mut it, 3000), Some(Ok(i)), "resumed from the log");
+            }
+        } else {
+            assert_eq!(next_value(&mut it, 3000), Some(Err(Missed { count: Some(5), reason: MissedReason::Reconnect })));
+        }
+        events.under(1).publish(&6).unwrap();
+        assert_eq!(next_value(&mut it, 3000), Some(Ok(6)));
+    }
+}
+
+/// C18: a reconnect during a publish burst: per-branch sequence strictly
+/// increasing, no duplicates.
+#[test]
+fn c18_no_duplicates_or_reordering_across_reconnect() {
+    let (owner, client, p, _d) = through_proxy();
+    let sub = runtime::block_on(client.subscribe_raw("c", &[Key::from(1)], Scope::Branch, None)).unwrap();
+    let events = owner.channel::<u64>("c").open().unwrap();
+    let keep = events.under(1).messages().unwrap();
+    let go = Arc::new(AtomicBool::new(true));
+    let (g, e) = (go.clone(), events.clone());
+    let publisher = std::thread::spawn(move || {
+        let mut i = 0u64;
+        while g.load(Ordering::SeqCst) {
+            e.under(1).publish(&i).unwrap();
+            i += 1;
+            if i % 50 == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    p.cut();
+    std::thread::sleep(Duration::from_millis(300));
+    go.store(false, Ordering::SeqCst);
+    publisher.join().unwrap();
+    let mut last = 0u64;
+    let mut n = 0;
+    runtime::block_on(async {
+        while let Ok(Some(ev)) = tokio::time::timeout(Duration::from_millis(500), sub.next()).await {
+            if let Event::Message(m) = ev {
+                assert!(m.seq > last, "seq {} after {last}", m.seq);
+                last = m.seq;
+                n += 1;
+            }
+        }
+    });
+    assert!(n > 100);
+    drop(keep);
+}
+
+/// CHAN-04: the store restarts (a new owner, a new epoch): the subscriber is
+/// told it missed an unknown number, reason reconnect, and goes on.
+#[test]
+fn chan_04_store_restart_says_unknown_count_then_goes_on() {
+    let d = common::dir();
+    let owner = Store::open(d.path()).unwrap();
+    let client = Store::connect(&format!("unix:{}", d.path().join("tinystore.sock").display())).unwrap();
+    let mut it = client.channel::<u64>("c").open().unwrap().under(1).messages().unwrap();
+    owner.close();
+    let owner2 = Store::open_with(d.path(), tinystore::OpenOptions::new().exclusive()).unwrap();
+    assert_eq!(next_value(&mut it, 5000), Some(Err(Missed { count: None, reason: MissedReason::Reconnect })));
+    // The resubscription is in place once the miss is told; publish after.
+    let events = owner2.channel::<u64>("c").open().unwrap();
+    assert!(common::eventually(3000, || owner2.status().subscriptions == 1));
+    events.under(1).publish(&9).unwrap();
+    assert_eq!(next_value(&mut it, 3000), Some(Ok(9)));
+}
+
+/// LOCK-01 over connections: many connected holders, one key, no overlap.
+#[test]
+fn lock_01_connected_exclusion_and_fences_in_grant_order() {
+    let (owner, _client, d) = owner_and_client();
+    let clients: Vec<Store> = (0..4).map(|_| Store::connect(&format!("unix:{}", d.path().join("tinystore.sock").display())).unwrap()).collect();
+    let inside = Arc::new(AtomicBool::new(false));
+    let fences = Arc::new(Mutex::new(Vec::new()));
+    let threads: Vec<_> = clients
+        .into_iter()
+        .map(|c| {
+            let (inside, fences) = (inside.clone(), fences.clone());
+            std::thread::spawn(move || {
+                let lock = c.lock("l").ttl(Duration::from_secs(5)).wait(Duration::from_secs(30)).open().unwrap();
+                for _ in 0..100 {
+                    lock.hold("k", |lease| -> tinystore::Result<()> {
+                        assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                        fences.lock().unwrap().push(lease.fence());
+                        inside.store(false, Ordering::SeqCst);
+                        Ok(())
+                    })
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    let f = fences.lock().unwrap();
+    assert_eq!(f.len(), 400);
+    assert!(f.windows(2).all(|w| w[0] < w[1]));
+    assert!(f.iter().all(|x| x.epoch() == owner.epoch()));
+}
+
+/// LOCK-05, L4 and L13: renewals stop reaching the store (the connection is
+/// stalled past the ttl). The holder is told by its own deadline, before the
+/// store can give the key to another; the hold ends with a lost error; the
+/// other holder's fence is larger; a late renewal never revives the lease.
+#[test]
+fn lock_05_l4_l13_renewals_that_stop_lose_the_lease_by_the_holders_own_deadline() {
+    let (owner, client, p, _d) = through_proxy();
+    let lock = client.lock("l").ttl(Duration::from_secs(1)).open().unwrap();
+    let other = owner.lock_raw("l", Kind::Lock).unwrap();
+    let told_at = Arc::new(Mutex::new(None::<Instant>));
+    let t2 = told_at.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        lock.hold("k", |lease| -> tinystore::Result<Fence> {
+            let t = t2.clone();
+            lease.raw().on_lost(move || *t.lock().unwrap() = Some(Instant::now()));
+            tx.send(lease.fence()).unwrap();
+            std::thread::sleep(Duration::from_millis(2500));
+            Ok(lease.fence())
+        })
+    });
+    let fa = rx.recv().unwrap();
+    p.stall();
+    // The store's side: grant to another as soon as it can.
+    let started = Instant::now();
+    let b = runtime::block_on(other.acquire("k".into(), Holder(0), Terms { ttl: Some(Duration::from_secs(1)), max_hold: None }, Duration::from_secs(5))).unwrap();
+    let granted_at = Instant::now();
+    assert!(b.fence().unwrap() > fa);
+    assert!(granted_at - started < Duration::from_millis(1500), "the store let the lease run out within its ttl");
+    let told = told_at.lock().unwrap().expect("the holder was told its lease was lost");
+    assert!(told <= granted_at, "told {told:?} after the grant {granted_at:?}");
+    p.resume();
+    let e = holder.join().unwrap().unwrap_err();
+    assert_eq!(e.code(), "lost");
+    drop(b);
+}
+
+/// L11 and L12: one renewal in three dropped, or the store stalled for half
+/// the ttl: the lease survives and keeps its fence.
+#[test]
+fn l11_l12_one_failed_renewal_or_a_short_stall_is_not_fatal() {
+    let (_owner, client, p, _d) = through_proxy();
+    let lock = client.lock("l").ttl(Duration::from_secs(1)).open().unwrap();
+    p.drop_renewals(3);
+    let r = lock.hold("k", |lease| -> tinystore::Result<bool> {
+        std::thread::sleep(Duration::from_millis(1800));
+        p.stall();
+        std::thread::sleep(Duration::from_millis(450));
+        p.resume();
+        std::thread::sleep(Duration::from_millis(700));
+        Ok(lease.is_lost())
+    });
+    assert_eq!(r.unwrap(), false);
+    assert!(p.renewals_seen() >= 5, "renewed every third of the ttl: {}", p.renewals_seen());
+}
+
+/// L2: ttl 1 s; B waits 3 s behind A; B's ttl starts when granted, and
+/// renewals keep it.
+#[test]
+fn l2_ttl_starts_at_grant() {
+    let (owner, client, _d) = owner_and_client();
+    let a = owner.lock("l").open().unwrap();
+    let lock = client.lock("l").ttl(Duration::from_secs(1)).wait(Duration::from_secs(10)).open().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        a.hold("k", |_| -> tinystore::Result<()> {
+            tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(3000));
+            Ok(())
+        })
+    });
+    rx.recv().unwrap();
+    let r = lock.hold("k", |lease| -> tinystore::Result<bool> {
+        std::thread::sleep(Duration::from_millis(1500));
+        Ok(lease.is_lost())
+    });
+    assert_eq!(r.unwrap(), false);
+    holder.join().unwrap().unwrap();
+}
+
+/// L15 and L17: the release is lost with the connection; the key is free
+/// again within the ttl and the same client can hold it again. Two holders
+/// on one connection: releasing one does not free the other.
+#[test]
+fn l15_l17_lost_release_frees_within_ttl_and_holders_on_one_connection_are_separate() {
+    let (owner, client, p, _d) = through_proxy();
+    let raw = client.lock_raw("l", Kind::Lock).unwrap();
+    let terms = Terms { ttl: Some(Duration::from_secs(1)), max_hold: None };
+    let a = runtime::block_on(raw.acquire("a".into(), Holder::unique(), terms, Duration::from_secs(1))).unwrap();
+    let b = runtime::block_on(raw.acquire("b".into(), Holder::unique(), terms, Duration::from_secs(1))).unwrap();
+    a.release().unwrap();
+    let probe = owner.lock_raw("l", Kind::Lock).unwrap();
+    assert!(common::eventually(1000, || probe.acquire_now(&"a".into(), Holder(0), Terms::default()).unwrap().is_some()));
+    assert!(probe.acquire_now(&"b".into(), Holder(0), Terms::default()).unwrap().is_none(), "b is still held");
+    // The release of b is lost with the connection.
+    p.stall();
+    drop(b);
+    p.cut();
+    p.resume();
+    let t = Instant::now();
+    assert!(common::eventually(3000, || probe.acquire_now(&"b".into(), Holder(0), Terms::default()).unwrap().is_some()));
+    assert!(t.elapsed() < Duration::from_millis(1500));
+    let again = runtime::block_on(raw.acquire("b".into(), Holder::unique(), terms, Duration::from_secs(3))).unwrap();
+    assert!(!again.is_lost());
+}
+
+/// LOCK-06 over a connection: maxHold ends the lease and tells the holder.
+#[test]
+fn lock_06_connected_max_hold() {
+    let (_owner, client, _d) = owner_and_client();
+    let lock = client.lock("l").ttl(Duration::from_secs(5)).max_hold(Duration::from_millis(300)).open().unwrap();
+    let e = lock
+        .hold("k", |lease| -> tinystore::Result<()> {
+            std::thread::sleep(Duration::from_millis(700));
+            assert!(lease.is_lost());
+            Ok(())
+        })
+        .unwrap_err();
+    assert_eq!(e.code(), "lost");
+}
+
+/// LOCK-03 and LOCK-08 over a connection: timeout without running; hold in
+/// a hold of the same key fails at once; a semaphore's limit conflict.
+#[test]
+fn lock_03_lock_08_connected_timeout_and_reentry() {
+    let (owner, client, _d) = owner_and_client();
+    let lock = client.lock("l").wait(Duration::from_millis(300)).open().unwrap();
+    let r = lock.hold("k", |_| -> tinystore::Result<String> {
+        let inner = lock.hold("k", |_| -> tinystore::Result<()> { Ok(()) }).unwrap_err();
+        Ok(inner.code().to_owned())
+    });
+    assert_eq!(r.unwrap(), "conflict");
+    let owner_lock = owner.lock_raw("l", Kind::Lock).unwrap();
+    let mut held = None;
+    // The client's release travels without waiting for its answer.
+    assert!(common::eventually(1000, || {
+        held = owner_lock.acquire_now(&"k".into(), Holder(0), Terms::default()).unwrap();
+        held.is_some()
+    }));
+    let ran = AtomicBool::new(false);
+    let e = lock.hold("k", |_| -> tinystore::Result<()> {
+        ran.store(true, Ordering::SeqCst);
+        Ok(())
+    });
+    assert_eq!(e.unwrap_err().code(), "timeout");
+    assert!(!ran.load(Ordering::SeqCst));
+    drop(held);
+    owner.semaphore("s").limit(2).open().unwrap();
+    let sem = client.semaphore("s").limit(3).open().unwrap();
+    assert_eq!(sem.try_hold("k", |_| -> tinystore::Result<()> { Ok(()) }).unwrap_err().code(), "conflict");
+}
+
+/// L7 over one connection: 1,000 concurrent holds, counted exactly, fences
+/// strictly increasing in grant order.
+#[test]
+fn l7_connected_thousand_holds_on_one_connection() {
+    let (_owner, client, _d) = owner_and_client();
+    let raw = client.lock_raw("l7", Kind::Lock).unwrap();
+    let counter = Arc::new(AtomicU64::new(0));
+    let fences = Arc::new(Mutex::new(Vec::new()));
+    let terms = Terms { ttl: Some(Duration::from_secs(10)), max_hold: None };
+    let tasks: Vec<_> = (0..1000)
+        .map(|_| {
+            let (raw, counter, fences) = (raw.clone(), counter.clone(), fences.clone());
+            runtime::spawn(async move {
+                let l = raw.acquire("k".into(), Holder::unique(), terms, Duration::from_secs(60)).await.unwrap();
+                fences.lock().unwrap().push(l.fence().unwrap());
+                let v = counter.load(Ordering::Relaxed);
+                tokio::task::yield_now().await;
+                counter.store(v + 1, Ordering::Relaxed);
+                l.release().unwrap();
+            })
+        })
+        .collect();
+    runtime::block_on(async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    assert_eq!(counter.load(Ordering::SeqCst), 1000);
+    let f = fences.lock().unwrap();
+    assert!(f.windows(2).all(|w| w[0] < w[1]));
+}
+
+/// CHAN-03 over a connection: a transaction's messages are published at commit.
+#[test]
+fn chan_03_connected_transaction_publishes_at_commit() {
+    let (owner, client, _d) = owner_and_client();
+    let mut it = owner.channel::<u64>("c").open().unwrap().under(1).messages().unwrap();
+    let db = client.database("d").open().unwrap();
+    db.exec("create table t (v integer)").unwrap();
+    let events = client.channel::<u64>("c").open().unwrap();
+    db.tx(|tx| -> tinystore::Result<()> {
+        tx.exec(tinystore::sql!("insert into t values (?)", 1))?;
+        tx.with(&events).under(1).publish(&1)
+    })
+    .unwrap();
+    let tx = db.begin().unwrap();
+    tx.with(&events).under(1).publish(&2).unwrap();
+    tx.rollback().unwrap();
+    assert_eq!(next_value(&mut it, 2000), Some(Ok(1)));
+    assert_eq!(next_value(&mut it, 300), None);
+}
+
+/// A publish while disconnected fails at once with `closed`, never buffered.
+#[test]
+fn chan_04_publish_while_disconnected_fails_at_once() {
+    let (owner, client, p, _d) = through_proxy();
+    let events = client.channel::<u64>("c").open().unwrap();
+    events.under(1).publish(&1).unwrap();
+    owner.close();
+    p.cut();
+    let t = Instant::now();
+    let e = events.under(1).publish(&2).unwrap_err();
+    assert_eq!(e.code(), "closed");
+    assert!(t.elapsed() < Duration::from_secs(1));
+}
+
+/// STORE-01: the owner goes away; a store opened with `open(dir)` takes over
+/// and goes on: fences keep growing, subscriptions are told `reconnect`.
+#[test]
+fn store_01_a_connected_open_takes_over_when_the_owner_goes_away() {
+    let d = common::dir();
+    let a = Store::open(d.path()).unwrap();
+    let b = Store::open(d.path()).unwrap();
+    assert!(!b.is_owner());
+    let fa = a.lock("l").open().unwrap().hold("k", |l| -> tinystore::Result<Fence> { Ok(l.fence()) }).unwrap();
+    let mut it = b.channel::<u64>("c").open().unwrap().under(1).messages().unwrap();
+    a.close();
+    assert_eq!(next_value(&mut it, 5000), Some(Err(Missed { count: None, reason: MissedReason::Reconnect })));
+    let fb = b.lock("l").open().unwrap().hold("k", |l| -> tinystore::Result<Fence> { Ok(l.fence()) }).unwrap();
+    assert!(fb > fa, "{fb} after {fa}");
+    b.channel::<u64>("c").open().unwrap().under(1).publish(&5).unwrap();
+    assert_eq!(next_value(&mut it, 3000), Some(Ok(5)));
+    // And a third process-like handle opens and connects to the new owner.
+    let c = Store::open(d.path()).unwrap();
+    assert!(!c.is_owner());
+}
+
+#[test]
+fn sec_01_socket_is_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_owner, d) = common::store();
+    let mode = std::fs::metadata(d.path().join("tinystore.sock")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
