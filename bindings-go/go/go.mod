@@ -1,3 +1,5 @@
 module tinystore
 
 go 1.26
+
+require github.com/anishathalye/porcupine v1.3.1

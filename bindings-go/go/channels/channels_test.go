@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -532,6 +533,46 @@ func TestHandlerErrorsGoToOnErrorAndTheSubscriptionGoesOn(t *testing.T) {
 		}
 		if n := testkit.Receive(t, got, 5*time.Second, "message 2"); n != 2 {
 			t.Fatalf("got %d, want 2", n)
+		}
+	})
+}
+
+// 10,000 subscriptions must not mean 10,000 threads: a subscription waits
+// in Go, woken through the one completion queue, never in a thread of its own.
+func TestManySubscriptionsNeedNoThreadEach(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, openStore func(testing.TB, string) *tinystore.Store) {
+		events := open[event](t, openStore(t, ""), "chat-events")
+		const n = 2000
+		threads := pprof.Lookup("threadcreate").Count()
+		var got sync.WaitGroup
+		got.Add(n)
+		subs := make([]*channels.Subscription, n)
+		for i := range n {
+			var once sync.Once
+			sub, err := events.Under(i%50).Subscribe(bg, func(context.Context, channels.Message[event]) error {
+				once.Do(got.Done)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			subs[i] = sub
+		}
+		for b := range 50 {
+			if err := events.Under(b).Publish(bg, event{N: b}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waited := make(chan struct{})
+		go func() { got.Wait(); close(waited) }()
+		testkit.Receive(t, waited, 10*time.Second, "every subscription gets its message")
+		if grew := pprof.Lookup("threadcreate").Count() - threads; grew > 64 {
+			t.Fatalf("%d subscriptions made %d threads", n, grew)
+		}
+		for _, s := range subs {
+			if err := s.Stop(bg); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }

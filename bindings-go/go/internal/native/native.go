@@ -88,3 +88,11 @@ func result(ctx context.Context, rc C.int32_t, e *C.TsError) error {
 	}
 	return newError(code, msg)
 }
+
+// libraryStamp names the build of the static library this binary linked.
+// `make test` sets it (-ldflags -X) from the library's size and time, so Go,
+// which does not hash the library, relinks after each rebuild of it.
+var libraryStamp string
+
+// LibraryStamp is the stamp of the linked library ("" when not set).
+func LibraryStamp() string { return libraryStamp }
