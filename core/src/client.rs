@@ -704,8 +704,8 @@ pub(crate) struct RemoteLease {
 
 impl RemoteLease {
     fn new(client: &Arc<Client>, id: u64, fence: Option<Fence>, key: Key, ttl: Duration, granted: Instant, max_hold: Option<Duration>) -> Arc<RemoteLease> {
-        let max_deadline = max_hold.map(|m| granted + m);
-        let first = granted + ttl;
+        let max_deadline = max_hold.map(|m| granted + m - safety(m));
+        let first = granted + ttl - safety(ttl);
         Arc::new(RemoteLease {
             client: Arc::downgrade(client),
             id,
@@ -767,7 +767,7 @@ impl RemoteLease {
                     match tokio::time::timeout(left, answer).await {
                         Ok(Ok(Ok(_))) => {
                             let mut d = l2.deadline.lock();
-                            let next = sent + l2.ttl;
+                            let next = sent + l2.ttl - safety(l2.ttl);
                             *d = l2.max_deadline.map_or(next, |m| m.min(next)).max(*d);
                         }
                         Ok(Ok(Err(e))) if e.kind() == ErrorKind::Lost => l2.mark_lost(e.message().to_owned()),
@@ -807,6 +807,13 @@ impl RemoteLease {
             "{what} was lost: {why}; another holder may have the key now: check fences where you write, and keep work within the lease"
         ))
     }
+}
+
+/// How much earlier than the store a holder counts its lease lost, so that
+/// timer granularity and scheduling never let it run past the moment the
+/// store could give the key to another (L13): a fiftieth of the span plus 5 ms.
+fn safety(span: Duration) -> Duration {
+    span / 50 + Duration::from_millis(5)
 }
 
 /// The engine's handle on a lease held over the wire.

@@ -109,14 +109,22 @@ impl Store {
     /// Like [`open`](Store::open), with options.
     pub fn open_with(dir: impl AsRef<Path>, opts: OpenOptions) -> Result<Store> {
         let dir = dir.as_ref();
-        match Store::open_owned(dir, &opts) {
-            Err(e) if e.kind() == ErrorKind::Owned && !opts.exclusive => {
-                let sock = socket_path(&absolute(dir)?);
-                let client = Client::connect(Address::Unix(sock), None, Some(dir.to_path_buf()), Duration::from_secs(5))
-                    .map_err(|c| Error::new(ErrorKind::Owned, format!("{}; and connecting to it failed: {}", e.message(), c.message())))?;
-                Ok(Store::connected(client))
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match Store::open_owned(dir, &opts) {
+                Err(e) if e.kind() == ErrorKind::Owned && !opts.exclusive => {
+                    let sock = socket_path(&absolute(dir)?);
+                    match Client::connect(Address::Unix(sock), None, Some(dir.to_path_buf()), Duration::from_millis(100)) {
+                        Ok(client) => return Ok(Store::connected(client)),
+                        // The owner is starting, or just went away: try both again.
+                        Err(c) if Instant::now() >= deadline => {
+                            return Err(Error::new(ErrorKind::Owned, format!("{}; and connecting to it failed: {}", e.message(), c.message())));
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                    }
+                }
+                r => return r,
             }
-            r => r,
         }
     }
 
