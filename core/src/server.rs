@@ -65,7 +65,7 @@ pub(crate) struct Server {
     stopping: Notify,
     stopped: AtomicBool,
     /// Set by a stand-alone owner (`tinystore serve`): `shutdown` stops it.
-    pub(crate) shutdown: Option<Arc<Notify>>,
+    pub(crate) shutdown: Mutex<Option<Arc<Notify>>>,
 }
 
 #[derive(Clone, serde::Serialize)]
@@ -133,7 +133,7 @@ impl Server {
             next_conn: AtomicU64::new(1),
             stopping: Notify::new(),
             stopped: AtomicBool::new(false),
-            shutdown,
+            shutdown: Mutex::new(shutdown),
         })
     }
 
@@ -499,7 +499,8 @@ impl Conn {
             }
             "shutdown" => {
                 self.need_role(Role::Admin, "stop the store")?;
-                match &self.server.shutdown {
+                let n = self.server.shutdown.lock().clone();
+                match n {
                     Some(n) => {
                         answer_ok(&self.out, id, &());
                         n.notify_one();

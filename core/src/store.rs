@@ -197,6 +197,16 @@ impl Store {
         Ok(())
     }
 
+    /// Lets clients stop this owner (`tinystore stop`): `n` is notified then.
+    #[doc(hidden)]
+    pub fn on_shutdown(&self, n: Arc<tokio::sync::Notify>) {
+        if let Backend::Owned(o) = &self.inner.backend {
+            for s in o.servers.lock().iter() {
+                *s.shutdown.lock() = Some(n.clone());
+            }
+        }
+    }
+
     /// A handle that does not keep the store open (servers hold one).
     fn clone_weakly(&self) -> WeakStore {
         WeakStore(Arc::downgrade(&self.inner))

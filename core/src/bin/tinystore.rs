@@ -1,11 +1,15 @@
-//! The `tinystore` command: run a command under a lease, and more.
+//! The `tinystore` command: serve a store, look at it, publish and listen,
+//! run a command under a lease.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use tinystore::channels::{Event, Scope};
 use tinystore::limits::{DEFAULT_TTL, DEFAULT_WAIT, parse_duration};
-use tinystore::{Error, Store};
+use tinystore::wire::Address;
+use tinystore::{Error, ErrorKind, Key, OpenOptions, Store, runtime};
 
 #[derive(Parser)]
 #[command(name = "tinystore", version, about = "Channels and locks with fences for the processes of one application")]
@@ -16,6 +20,32 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Owns a store directory and serves it until SIGINT, SIGTERM or `tinystore stop`.
+    Serve {
+        /// The store directory (made if missing).
+        dir: String,
+        /// Also listen here: tcp:HOST:PORT (needs `tinystore token new`).
+        #[arg(long)]
+        listen: Vec<String>,
+    },
+    /// Asks the process serving a store to stop.
+    Stop {
+        /// The store directory, or an address (unix:PATH, tcp:HOST:PORT).
+        target: String,
+    },
+    /// What a store holds: its owner, connections, subscribers, held keys.
+    Status {
+        /// The store directory, or an address (unix:PATH, tcp:HOST:PORT).
+        target: String,
+        /// Print JSON for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Publish to and listen on channels.
+    Channels {
+        #[command(subcommand)]
+        action: ChannelAction,
+    },
     /// Locks of a store.
     Lock {
         /// The store directory.
@@ -23,13 +53,50 @@ enum Command {
         #[command(subcommand)]
         action: LockAction,
     },
+    /// Tokens for TCP clients.
+    Token {
+        #[command(subcommand)]
+        action: TokenAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum ChannelAction {
+    /// Publishes one JSON value.
+    Publish {
+        /// The store directory, or an address.
+        target: String,
+        /// The channel, like chat-events.
+        channel: String,
+        /// The message, as JSON: '{"kind":"message","id":7}'.
+        json: String,
+        /// The branch, one key per --under (repeat to nest).
+        #[arg(long)]
+        under: Vec<String>,
+    },
+    /// Prints each message as it arrives, one per line, until Ctrl+C.
+    Subscribe {
+        /// The store directory, or an address.
+        target: String,
+        /// The channel.
+        channel: String,
+        /// The branch, one key per --under (repeat to nest).
+        #[arg(long)]
+        under: Vec<String>,
+        /// Also every branch below.
+        #[arg(long)]
+        recursive: bool,
+        /// Print each event as a JSON line.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
 enum LockAction {
     /// Runs a command while holding a key; its fence is in TINYSTORE_FENCE
     /// (and its 40-digit form in TINYSTORE_FENCE_PADDED). Exits with the
-    /// command's status; stops it if the lease is lost.
+    /// command's status; stops it and exits 4 if the lease is lost.
     Hold {
         /// The lock's name, like "summaries".
         lock: String,
@@ -50,6 +117,18 @@ enum LockAction {
     },
 }
 
+#[derive(Subcommand)]
+enum TokenAction {
+    /// Makes a token, adds it to <dir>/tokens and prints it.
+    New {
+        /// The store directory.
+        dir: String,
+        /// read (subscribe, status), data (also publish and hold) or admin (also stop).
+        #[arg(long, default_value = "data")]
+        role: String,
+    },
+}
+
 fn duration(s: &str) -> Result<Duration, String> {
     parse_duration(s).map_err(|e| e.message().to_owned())
 }
@@ -60,17 +139,109 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("tinystore: {e}");
-            ExitCode::from(match e.code() {
-                "timeout" => 3,
-                "lost" => 4,
+            ExitCode::from(match e.kind() {
+                ErrorKind::Timeout => 3,
+                ErrorKind::Lost => 4,
                 _ => 1,
             })
         }
     }
 }
 
+/// A directory or an address: connects to its owner without taking it over.
+fn reach(target: &str) -> Result<Store, Error> {
+    if target.starts_with("unix:") || target.starts_with("tcp:") {
+        return Store::connect(target);
+    }
+    let sock = std::path::Path::new(target).join("tinystore.sock");
+    Store::connect(&format!("unix:{}", sock.display())).map_err(|e| {
+        Error::new(e.kind(), format!("no process serves the store {target} (start one with `tinystore serve {target}`): {}", e.message()))
+    })
+}
+
+fn branch_of(under: &[String]) -> Vec<Key> {
+    under.iter().map(|k| Key::from(k.as_str())).collect()
+}
+
 fn run(cli: Cli) -> Result<ExitCode, Error> {
     match cli.command {
+        Command::Serve { dir, listen } => {
+            let store = Store::open_with(&dir, OpenOptions::new().exclusive())?;
+            let stop = Arc::new(tokio::sync::Notify::new());
+            let sock = store.dir().join("tinystore.sock");
+            store.on_shutdown(stop.clone());
+            for a in &listen {
+                store.serve_with(&Address::parse(a)?, Some(stop.clone()))?;
+            }
+            eprintln!("tinystore: serving {} (epoch {}) on unix:{}{}", store.dir().display(), store.epoch(), sock.display(),
+                listen.iter().map(|a| format!(" and {a}")).collect::<String>());
+            runtime::block_on(async {
+                let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                    _ = stop.notified() => {}
+                }
+            });
+            store.close();
+            eprintln!("tinystore: stopped; every key was let go");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stop { target } => {
+            reach(&target)?.shutdown_owner()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Status { target, json } => {
+            let v = reach(&target)?.status_json()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                print_status(&v);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Channels { action: ChannelAction::Publish { target, channel, json, under } } => {
+            let value: serde_json::Value = serde_json::from_str(&json)
+                .map_err(|e| Error::new(ErrorKind::Invalid, format!("the message is not JSON ({e}): quote it, like '{{\"kind\":\"message\",\"id\":7}}'")))?;
+            let store = reach(&target)?;
+            runtime::block_on(store.publish_raw(&channel, &branch_of(&under), serde_json::to_vec(&value)?.into_boxed_slice()))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Channels { action: ChannelAction::Subscribe { target, channel, under, recursive, json } } => {
+            let store = reach(&target)?;
+            let scope = if recursive { Scope::Recursive } else { Scope::Branch };
+            let sub = runtime::block_on(store.subscribe_raw(&channel, &branch_of(&under), scope, None))?;
+            eprintln!("tinystore: listening on {channel}{} (Ctrl+C to stop)", under.iter().map(|k| format!("/{k}")).collect::<String>());
+            runtime::block_on(async {
+                loop {
+                    let ev = tokio::select! {
+                        ev = sub.next() => ev,
+                        _ = tokio::signal::ctrl_c() => None,
+                    };
+                    match ev {
+                        None => return,
+                        Some(Event::Message(m)) => {
+                            let data = String::from_utf8_lossy(&m.data);
+                            let branch: Vec<&str> = m.branch.iter().map(Key::as_str).collect();
+                            if json {
+                                println!("{{\"branch\":{},\"seq\":{},\"value\":{data}}}", serde_json::to_string(&branch).unwrap_or_default(), m.seq);
+                            } else {
+                                println!("{} #{} {data}", branch.join("/"), m.seq);
+                            }
+                        }
+                        Some(Event::Missed(m)) => {
+                            let count = m.count.map_or("an unknown number of".into(), |c| c.to_string());
+                            if json {
+                                println!("{}", serde_json::json!({"missed": m.count, "reason": m.reason.as_str()}));
+                            } else {
+                                println!("-- missed {count} messages ({})", m.reason.as_str());
+                            }
+                        }
+                    }
+                }
+            });
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Lock { dir, action: LockAction::Hold { lock, key, ttl, wait, max_hold, command } } => {
             let store = Store::open(&dir)?;
             let mut b = store.lock(&lock).ttl(ttl.unwrap_or(DEFAULT_TTL)).wait(wait.unwrap_or(DEFAULT_WAIT));
@@ -79,6 +250,51 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             }
             let lock = b.open()?;
             lock.hold(key.as_str(), |lease| -> Result<ExitCode, Error> { run_child(&command, lease) })
+        }
+        Command::Token { action: TokenAction::New { dir, role } } => {
+            if !["read", "data", "admin"].contains(&role.as_str()) {
+                return Err(Error::new(ErrorKind::Invalid, format!("role {role:?}: use read, data or admin")));
+            }
+            let mut raw = [0u8; 24];
+            getrandom::fill(&mut raw).map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
+            let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+            std::fs::create_dir_all(&dir).map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?;
+            let path = std::path::Path::new(&dir).join("tokens");
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&path)
+                .map_err(|e| Error::new(ErrorKind::Io, format!("{}: {e}", path.display())))?;
+            writeln!(f, "{role} {token}").map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?;
+            println!("{token}");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn print_status(v: &serde_json::Value) {
+    let ms = |x: &serde_json::Value| x.as_u64().map(|m| tinystore::limits::format_duration(Duration::from_millis(m - m % 100))).unwrap_or_else(|| "-".into());
+    println!("store {}  owner pid {}  epoch {}  up {}", v["dir"].as_str().unwrap_or("?"), v["pid"], v["epoch"], ms(&v["uptime_ms"]));
+    let conns = v["connections"].as_array().cloned().unwrap_or_default();
+    println!("connections: {}", conns.len());
+    for c in &conns {
+        println!("  #{} {} via {} for {}", c["id"], c["client"].as_str().unwrap_or(""), c["address"].as_str().unwrap_or(""), ms(&c["since_ms"]));
+    }
+    println!("subscriptions: {}  channel memory: {} bytes", v["subscriptions"], v["channel_bytes"]);
+    for b in v["branches"].as_array().into_iter().flatten() {
+        let path: Vec<String> = b["branch"].as_array().into_iter().flatten().map(|k| k.as_str().unwrap_or("").to_owned()).collect();
+        println!(
+            "  {}/{}  subscribers {} (+{} recursive)  kept {} messages, {} bytes  published {}",
+            b["channel"].as_str().unwrap_or(""), path.join("/"), b["subscribers"], b["recursive_subscribers"], b["kept_messages"], b["kept_bytes"], b["published"]
+        );
+    }
+    let locks = v["locks"].as_array().cloned().unwrap_or_default();
+    println!("held keys: {}", locks.len());
+    for k in &locks {
+        for h in k["holders"].as_array().into_iter().flatten() {
+            println!(
+                "  {}/{}  fence {}  lease {}  held {}  left {}  waiters {}",
+                k["lock"].as_str().unwrap_or(""), k["key"].as_str().unwrap_or(""), h["fence"].as_str().unwrap_or("-"), h["lease"], ms(&h["held_ms"]), ms(&h["left_ms"]), k["waiters"]
+            );
         }
     }
 }
@@ -90,14 +306,15 @@ fn run_child(command: &[String], lease: &tinystore::Lease) -> Result<ExitCode, E
         .env("TINYSTORE_FENCE", lease.fence().to_string())
         .env("TINYSTORE_FENCE_PADDED", lease.fence().padded())
         .spawn()
-        .map_err(|e| Error::new(tinystore::ErrorKind::Io, format!("could not run {:?}: {e}", command[0])))?;
+        .map_err(|e| Error::new(ErrorKind::Io, format!("could not run {:?}: {e}", command[0])))?;
     loop {
-        if let Some(status) = child.try_wait().map_err(|e| Error::new(tinystore::ErrorKind::Io, e.to_string()))? {
+        if let Some(status) = child.try_wait().map_err(|e| Error::new(ErrorKind::Io, e.to_string()))? {
             return Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8));
         }
         if lease.is_lost() {
             let _ = child.kill();
             let _ = child.wait();
+            eprintln!("tinystore: {}; the command was stopped", lease.raw().lost_error().message());
             return Ok(ExitCode::from(4));
         }
         std::thread::sleep(Duration::from_millis(20));
