@@ -1,0 +1,85 @@
+//! A client process for the multi-process tests (built by `cargo test`).
+//!
+//! worker counter <dir> <n>          n holds of counter/1, each adding one in SQL
+//! worker hold <dir> <ttl_ms> <key>  hold key, print the fence, sleep 1 s, then
+//!                                   write with the fence check; exit 4 if lost
+//! worker wait <dir> <ttl_ms> <key>  wait for key (30 s), print "ran" if it runs
+//! worker listen <dir> <channel>     print each event of branch 1 as a line
+
+use std::io::Write;
+use std::time::Duration;
+
+use tinystore::{Delivery, Store, sql};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let store = Store::open(&args[2]).expect("open the store");
+    let out = std::io::stdout();
+    match args[1].as_str() {
+        "counter" => {
+            let n: u32 = args[3].parse().unwrap();
+            let db = store.database("counter").open().unwrap();
+            let lock = store.lock("counter").ttl(Duration::from_secs(5)).wait(Duration::from_secs(60)).open().unwrap();
+            for _ in 0..n {
+                let fence = lock
+                    .hold(1, |lease| -> tinystore::Result<_> {
+                        #[derive(serde::Deserialize)]
+                        struct V {
+                            v: i64,
+                        }
+                        let v: Vec<V> = db.query("select v from counter")?;
+                        db.exec(sql!("update counter set v = ?", v[0].v + 1))?;
+                        Ok(lease.fence())
+                    })
+                    .unwrap();
+                writeln!(out.lock(), "{fence}").unwrap();
+            }
+        }
+        "hold" => {
+            let ttl = Duration::from_millis(args[3].parse().unwrap());
+            let db = store.database("chat").open().unwrap();
+            let lock = store.lock("summaries").ttl(ttl).open().unwrap();
+            let r = lock.hold(args[4].as_str(), |lease| -> tinystore::Result<u64> {
+                writeln!(out.lock(), "fence {}", lease.fence()).unwrap();
+                out.lock().flush().unwrap();
+                std::thread::sleep(Duration::from_secs(1));
+                let fence = lease.fence().padded();
+                let done = db.exec(sql!(
+                    "update chats set summary = ?, summary_fence = ? where id = ? and summary_fence < ?",
+                    "by the worker",
+                    &fence,
+                    7,
+                    &fence
+                ))?;
+                writeln!(out.lock(), "changes {}", done.changes).unwrap();
+                Ok(done.changes)
+            });
+            if let Err(e) = r {
+                writeln!(out.lock(), "error {}", e.code()).unwrap();
+                std::process::exit(4);
+            }
+        }
+        "wait" => {
+            let ttl = Duration::from_millis(args[3].parse().unwrap());
+            let lock = store.lock("l").ttl(ttl).wait(Duration::from_secs(30)).open().unwrap();
+            writeln!(out.lock(), "waiting").unwrap();
+            let r = lock.hold(args[4].as_str(), |lease| -> tinystore::Result<()> {
+                writeln!(out.lock(), "ran {}", lease.fence()).unwrap();
+                Ok(())
+            });
+            writeln!(out.lock(), "done {:?}", r.err().map(|e| e.code())).unwrap();
+        }
+        "listen" => {
+            let events = store.channel::<serde_json::Value>(&args[3]).open().unwrap();
+            let it = events.under(1).messages().unwrap();
+            writeln!(out.lock(), "listening").unwrap();
+            for d in it {
+                match d.unwrap() {
+                    Delivery::Message(m) => writeln!(out.lock(), "msg {}", m.seq).unwrap(),
+                    Delivery::Missed(m) => writeln!(out.lock(), "missed {:?} {}", m.count, m.reason.as_str()).unwrap(),
+                }
+            }
+        }
+        other => panic!("unknown mode {other}"),
+    }
+}

@@ -1,0 +1,336 @@
+//! Multi-process tests: the real `tinystore serve` program and client
+//! processes (the `worker` example) sharing one store.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tinystore::locks::{Holder, Kind, Terms};
+use tinystore::{Delivery, Fence, Missed, MissedReason, Store, runtime, sql};
+
+fn bin_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_tinystore")).parent().unwrap().to_path_buf()
+}
+
+fn worker(args: &[&str]) -> Child {
+    Command::new(bin_dir().join("examples/worker")).args(args).stdout(Stdio::piped()).spawn().expect("the worker example: run the whole `cargo test -p tinystore`, which builds examples")
+}
+
+struct Server(Child);
+
+impl Server {
+    fn start(dir: &Path) -> Server {
+        let child = Command::new(env!("CARGO_BIN_EXE_tinystore")).arg("serve").arg(dir).stderr(Stdio::null()).spawn().unwrap();
+        let sock = dir.join("tinystore.sock");
+        assert!(common::eventually(5000, || UnixStream::connect(&sock).is_ok()), "the server listens");
+        Server(child)
+    }
+    fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn signal(pid: i32, sig: i32) {
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+fn line(r: &mut BufReader<ChildStdout>) -> String {
+    let mut s = String::new();
+    r.read_line(&mut s).unwrap();
+    s.trim().to_owned()
+}
+
+fn connect(dir: &Path) -> Store {
+    Store::connect(&format!("unix:{}", dir.join("tinystore.sock").display())).unwrap()
+}
+
+/// LOCK-01 across four processes: each adds one to a counter in SQL 50
+/// times under the lock; the counter ends at 200 and no fence repeats.
+#[test]
+fn lock_01_four_processes_increment_a_sql_counter() {
+    let d = common::dir();
+    let _server = Server::start(d.path());
+    let store = connect(d.path());
+    let db = store.database("counter").open().unwrap();
+    db.exec("create table counter (v integer)").unwrap();
+    db.exec("insert into counter values (0)").unwrap();
+    let kids: Vec<Child> = (0..4).map(|_| worker(&["counter", d.path().to_str().unwrap(), "50"])).collect();
+    let mut fences: Vec<Fence> = Vec::new();
+    for k in kids {
+        let out = k.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let mine: Vec<Fence> = String::from_utf8(out.stdout).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+        assert!(mine.windows(2).all(|w| w[0] < w[1]), "one process's fences grow");
+        fences.extend(mine);
+    }
+    #[derive(serde::Deserialize)]
+    struct V {
+        v: i64,
+    }
+    assert_eq!(db.query::<V>("select v from counter").unwrap()[0].v, 200);
+    fences.sort();
+    fences.dedup();
+    assert_eq!(fences.len(), 200, "every lease had its own fence");
+}
+
+/// LOCK-05 and FENCE-02 across processes: a holder frozen (SIGSTOP) past
+/// its ttl loses the key to another, whose fence is larger; when it wakes,
+/// its fence-checked write changes no row and its hold ends lost.
+#[test]
+fn lock_05_fence_02_frozen_holder_loses_key_and_its_late_write_is_refused() {
+    let d = common::dir();
+    let _server = Server::start(d.path());
+    let store = connect(d.path());
+    let db = store.database("chat").open().unwrap();
+    db.exec("create table chats (id integer primary key, summary text, summary_fence text not null default '')").unwrap();
+    db.exec("insert into chats (id) values (7)").unwrap();
+    let mut a = worker(&["hold", d.path().to_str().unwrap(), "1000", "7"]);
+    let mut out = BufReader::new(a.stdout.take().unwrap());
+    let fa: Fence = line(&mut out).strip_prefix("fence ").unwrap().parse().unwrap();
+    signal(a.id() as i32, libc::SIGSTOP);
+    let lock = store.lock("summaries").ttl(std::time::Duration::from_secs(1)).wait(std::time::Duration::from_secs(5)).open().unwrap();
+    let t = Instant::now();
+    let fb = lock
+        .hold(7, |lease| -> tinystore::Result<Fence> {
+            let fence = lease.fence().padded();
+            let done = db.exec(sql!("update chats set summary = ?, summary_fence = ? where id = ? and summary_fence < ?", "by B", &fence, 7, &fence))?;
+            assert_eq!(done.changes, 1);
+            Ok(lease.fence())
+        })
+        .unwrap();
+    assert!(fb > fa);
+    assert!(t.elapsed() < Duration::from_millis(2500), "the key came free within the ttl");
+    signal(a.id() as i32, libc::SIGCONT);
+    let rest: Vec<String> = out.lines().map(Result::unwrap).collect();
+    assert_eq!(rest, vec!["changes 0".to_owned(), "error lost".to_owned()]);
+    assert_eq!(a.wait().unwrap().code(), Some(4));
+    #[derive(serde::Deserialize)]
+    struct S {
+        summary: String,
+    }
+    assert_eq!(db.query::<S>("select summary from chats where id = 7").unwrap()[0].summary, "by B");
+}
+
+/// LOCK-02, CHAN-04, STORE-01: the server is killed with SIGKILL and a new
+/// one starts: subscribers hear `reconnect` with an unknown count, and the
+/// next fences are larger than every fence given before.
+#[test]
+fn lock_02_chan_04_kill_9_of_server_then_restart() {
+    let d = common::dir();
+    let server = Server::start(d.path());
+    let store = connect(d.path());
+    let lock = store.lock("l").open().unwrap();
+    let f1 = lock.hold("k", |l| -> tinystore::Result<Fence> { Ok(l.fence()) }).unwrap();
+    let mut it = store.channel::<u64>("c").open().unwrap().under(1).messages().unwrap();
+    signal(server.pid(), libc::SIGKILL);
+    drop(server);
+    let _server2 = Server::start(d.path());
+    match it.next_timeout(Duration::from_secs(5)).unwrap() {
+        Some(Delivery::Missed(m)) => assert_eq!(m, Missed { count: None, reason: MissedReason::Reconnect }),
+        other => panic!("expected a reconnect miss, got {other:?}"),
+    }
+    let f2 = lock.hold("k", |l| -> tinystore::Result<Fence> { Ok(l.fence()) }).unwrap();
+    assert!(f2 > f1 && f2.epoch() > f1.epoch());
+    assert!(common::eventually(3000, || store.status().subscriptions == 1));
+    store.channel::<u64>("c").open().unwrap().under(1).publish(&3).unwrap();
+    assert!(matches!(it.next_timeout(Duration::from_secs(3)).unwrap(), Some(Delivery::Message(m)) if m.value == 3));
+}
+
+/// C5: a connected subscriber stops reading (SIGSTOP). Publishing well past
+/// 8 MiB never blocks, the server's memory stays bounded, and when the reader
+/// resumes it is told exactly what it missed.
+#[test]
+fn c5_a_reader_that_stops_reading_never_slows_publishers_and_gets_exact_count() {
+    let d = common::dir();
+    let server = Server::start(d.path());
+    let store = connect(d.path());
+    let mut r = worker(&["listen", d.path().to_str().unwrap(), "c"]);
+    let mut out = BufReader::new(r.stdout.take().unwrap());
+    assert_eq!(line(&mut out), "listening");
+    assert!(common::eventually(3000, || store.status().subscriptions == 1));
+    signal(r.id() as i32, libc::SIGSTOP);
+    let events = store.channel::<String>("c").open().unwrap();
+    let payload = "x".repeat(1000);
+    let total = 24_000u64; // 24 MB
+    let t = Instant::now();
+    for _ in 0..total {
+        events.under(1).publish(&payload).unwrap();
+    }
+    let took = t.elapsed();
+    let rss_kb: u64 = std::fs::read_to_string(format!("/proc/{}/status", server.pid()))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap();
+    assert!(rss_kb < 150_000, "the server's memory stays bounded: {rss_kb} kB");
+    assert!(took < Duration::from_secs(30), "publishing never waited for the reader: {took:?}");
+    signal(r.id() as i32, libc::SIGCONT);
+    let (mut got, mut missed) = (0u64, 0u64);
+    let end = Instant::now() + Duration::from_secs(20);
+    while got + missed < total && Instant::now() < end {
+        let l = line(&mut out);
+        if l.starts_with("msg") {
+            got += 1;
+        } else if let Some(rest) = l.strip_prefix("missed Some(") {
+            missed += rest.split(')').next().unwrap().parse::<u64>().unwrap();
+        } else {
+            panic!("unexpected line {l:?}");
+        }
+    }
+    assert_eq!(got + missed, total, "every message is either delivered or counted as missed");
+    assert!(missed > 0 && got >= 1024);
+    let _ = r.kill();
+}
+
+fn raw_conn(dir: &Path) -> UnixStream {
+    let s = UnixStream::connect(dir.join("tinystore.sock")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    s
+}
+
+fn send(s: &mut UnixStream, json: &str) {
+    s.write_all(&(json.len() as u32).to_be_bytes()).unwrap();
+    s.write_all(json.as_bytes()).unwrap();
+}
+
+fn recv(s: &mut UnixStream) -> Option<serde_json::Value> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).ok()?;
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).ok()?;
+    serde_json::from_slice(&body).ok()
+}
+
+const HELLO: &str = r#"{"id":0,"op":"hello","version":1,"client":"test","session":"s1"}"#;
+
+/// WIRE-01: malformed, truncated, oversized and unknown frames, bad names,
+/// negative ttls and wrong types get a clear error or close only their own
+/// connection; the server keeps serving, and nothing held or published is lost.
+#[test]
+fn wire_01_bad_input_gets_clear_errors_and_hurts_nobody_else() {
+    let d = common::dir();
+    let server = Server::start(d.path());
+    let store = connect(d.path());
+    let lock = store.lock_raw("l", Kind::Lock).unwrap();
+    let held = runtime::block_on(lock.acquire("k".into(), Holder::unique(), Terms { ttl: Some(Duration::from_secs(30)), max_hold: None }, Duration::from_secs(1))).unwrap();
+    let mut it = store.channel::<u64>("c").open().unwrap().under(1).messages().unwrap();
+
+    // Requests before hello, unknown ops, missing fields, bad names, wrong types.
+    let mut s = raw_conn(d.path());
+    send(&mut s, r#"{"id":1,"op":"publish","channel":"c","data":1}"#);
+    assert!(recv(&mut s).unwrap()["err"]["message"].as_str().unwrap().contains("hello"));
+    send(&mut s, HELLO);
+    assert!(recv(&mut s).unwrap()["ok"]["epoch"].is_u64());
+    let cases = [
+        (r#"{"id":2,"op":"frobnicate"}"#, "unknown op"),
+        (r#"{"id":3,"op":"publish","data":1}"#, "channel"),
+        (r#"{"id":4,"op":"publish","channel":"Bad Name","data":1}"#, "chat-events"),
+        (r#"{"id":5,"op":"acquire","lock":"l","key":"k","hold":1,"ttl_ms":-5,"wait_ms":0}"#, "out of shape"),
+        (r#"{"id":6,"op":"acquire","lock":"l","key":"k","hold":1,"ttl_ms":5,"wait_ms":0}"#, "ttl"),
+        (r#"{"id":7,"op":"subscribe","sub":"one","channel":"c"}"#, "out of shape"),
+        (r#"{"id":8,"op":"publish","channel":"c","data":1,"extra":true}"#, "out of shape"),
+        (r#"{"id":9,"op":"release","lease":999999}"#, "not held"),
+    ];
+    for (req, says) in cases {
+        send(&mut s, req);
+        let a = recv(&mut s).unwrap();
+        let msg = a["err"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(says), "{req} -> {a}");
+    }
+    // The connection still works after all that.
+    send(&mut s, r#"{"id":10,"op":"publish","channel":"c","branch":[1],"data":41}"#);
+    assert!(recv(&mut s).unwrap()["ok"].is_null());
+
+    // Garbage closes that connection only.
+    let mut g = raw_conn(d.path());
+    send(&mut g, "this is not json");
+    let a = recv(&mut g).unwrap();
+    assert_eq!(a["err"]["code"], "protocol");
+    assert!(recv(&mut g).is_none(), "then the connection is closed");
+    // An oversized frame, and a frame cut short.
+    let mut o = raw_conn(d.path());
+    o.write_all(&(64u32 << 20).to_be_bytes()).unwrap();
+    assert!(recv(&mut o).unwrap()["err"]["message"].as_str().unwrap().contains("over the limit"));
+    let mut t = raw_conn(d.path());
+    t.write_all(&100u32.to_be_bytes()).unwrap();
+    t.write_all(b"{\"id\":").unwrap();
+    drop(t);
+
+    // Everyone else is served; what was held and published is intact.
+    store.channel::<u64>("c").open().unwrap().under(1).publish(&42).unwrap();
+    let mut seen = Vec::new();
+    while let Ok(Some(Delivery::Message(m))) = it.next_timeout(Duration::from_millis(500)) {
+        seen.push(m.value);
+    }
+    assert_eq!(seen, vec![41, 42]);
+    assert!(!held.is_lost());
+    let st = store.status();
+    assert_eq!(st.locks.len(), 1);
+    assert_eq!(st.locks[0].holders[0].fence, held.fence());
+    assert_eq!(st.pid, server.0.id());
+}
+
+/// L1: a waiter frozen past its ttl never runs, and leaves the line: once A
+/// lets go, C's try_hold succeeds at once with a fence above A's.
+#[test]
+fn l1_frozen_waiter_never_runs_and_the_key_is_free_for_others() {
+    let d = common::dir();
+    let _server = Server::start(d.path());
+    let store = connect(d.path());
+    let raw = store.lock_raw("l", Kind::Lock).unwrap();
+    let terms = Terms { ttl: Some(Duration::from_secs(1)), max_hold: None };
+    let a = runtime::block_on(raw.acquire("k".into(), Holder::unique(), terms, Duration::from_secs(1))).unwrap();
+    let fa = a.fence().unwrap();
+    let mut b = worker(&["wait", d.path().to_str().unwrap(), "1000", "k"]);
+    let mut out = BufReader::new(b.stdout.take().unwrap());
+    assert_eq!(line(&mut out), "waiting");
+    assert!(common::eventually(3000, || store.status().locks.first().is_some_and(|k| k.waiters == 1)));
+    signal(b.id() as i32, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(2000));
+    a.release().unwrap();
+    let t = Instant::now();
+    let mut c = None;
+    assert!(common::eventually(500, || {
+        c = runtime::block_on(raw.try_acquire("k".into(), Holder::unique(), terms)).unwrap();
+        c.is_some()
+    }));
+    assert!(t.elapsed() < Duration::from_millis(500));
+    assert!(c.as_ref().unwrap().fence().unwrap() > fa);
+    signal(b.id() as i32, libc::SIGCONT);
+    drop(c);
+    let _ = b.kill();
+    let rest: Vec<String> = out.lines().map_while(Result::ok).collect();
+    assert!(!rest.iter().any(|l| l.starts_with("ran")), "B's function never ran: {rest:?}");
+}
+
+/// L5: SIGKILL the process holding K: K is free within the ttl, and nothing
+/// keeps renewing it.
+#[test]
+fn l5_killed_holder_frees_the_key_within_its_ttl() {
+    let d = common::dir();
+    let _server = Server::start(d.path());
+    let store = connect(d.path());
+    let db = store.database("chat").open().unwrap();
+    db.exec("create table chats (id integer primary key, summary text, summary_fence text not null default '')").unwrap();
+    let mut a = worker(&["hold", d.path().to_str().unwrap(), "1000", "7"]);
+    let mut out = BufReader::new(a.stdout.take().unwrap());
+    assert!(line(&mut out).starts_with("fence "));
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let t = Instant::now();
+    let lock = store.lock("summaries").ttl(Duration::from_secs(1)).wait(Duration::from_secs(5)).open().unwrap();
+    lock.hold(7, |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
+    assert!(t.elapsed() < Duration::from_millis(1500), "{:?}", t.elapsed());
+}
