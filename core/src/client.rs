@@ -322,13 +322,15 @@ impl Client {
         }
     }
 
-    pub(crate) async fn publish(&self, channel: &str, branch: &[Key], data: &[u8]) -> Result<()> {
+    /// Sends a publish now; the receiver gets the store's answer.
+    pub(crate) fn publish_send(&self, channel: &str, branch: &[Key], data: &[u8]) -> Result<oneshot::Receiver<Result<Box<[u8]>>>> {
         let raw = raw_json(data)?;
         let mut r = Request::new(0, "publish");
         r.channel = Some(channel.to_owned());
         r.branch = Some(branch.to_vec());
         r.data = Some(&raw);
-        self.call(r).await.map(|_| ())
+        let conn = self.current()?;
+        Ok(self.send_on(&conn, &mut r, true)?.expect("an answer is awaited"))
     }
 
     pub(crate) async fn subscribe(self: &Arc<Self>, channel: &str, branch: &[Key], scope: Scope) -> Result<Arc<RemoteSub>> {
@@ -464,7 +466,9 @@ impl Client {
         for s in std::mem::take(&mut *self.subs.lock()).into_values() {
             s.inbox.end();
         }
-        for l in std::mem::take(&mut *self.leases.lock()).into_values() {
+        // Taken out first: mark_lost removes the lease from `leases` itself.
+        let leases = std::mem::take(&mut *self.leases.lock());
+        for l in leases.into_values() {
             l.mark_lost("the store closed".into());
         }
         if let Some(s) = self.owned.lock().take() {

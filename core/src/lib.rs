@@ -51,7 +51,7 @@ pub use fence::Fence;
 pub use key::Key;
 pub use locks::{Lease, Lock, Permit, Semaphore};
 pub use sql::{Database, Done, Tx};
-pub use store::{OpenOptions, RawLock, Store, StoreStatus, unix_millis};
+pub use store::{OpenOptions, Publish, RawLock, Store, StoreStatus, unix_millis};
 
 /// The version of this crate.
 pub fn version() -> &'static str {

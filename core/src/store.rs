@@ -315,20 +315,24 @@ impl Store {
         if self.is_closed() { Err(Error::closed()) } else { Ok(()) }
     }
 
-    /// Publishes JSON bytes to a branch (the bindings' boundary). Errors:
-    /// `invalid` (name or key out of rule), `limit` (over 1 MiB), `closed`
-    /// (also while a connection is down: nothing is buffered silently).
-    pub async fn publish_raw(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
-        self.check_open()?;
-        check_name("channel", channel)?;
-        branch.iter().try_for_each(Key::check)?;
-        match &self.inner.backend {
-            Backend::Owned(o) => o.channels.publish(channel, branch, data).map(|_| ()),
-            Backend::Connected(c) => {
-                crate::channels::check_message(&data)?;
-                c.publish(channel, branch, &data).await
-            }
-        }
+    /// Publishes JSON bytes to a branch (the bindings' boundary). The
+    /// message leaves at this call, so publishes called one after another
+    /// keep their order even when their futures are awaited together (P2);
+    /// the future resolves once the store has it. Errors: `invalid` (name or
+    /// key out of rule), `limit` (over 1 MiB), `closed` (also while a
+    /// connection is down: nothing is buffered silently).
+    pub fn publish_raw(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Publish {
+        let checked = self.check_open().and_then(|_| check_name("channel", channel)).and_then(|_| branch.iter().try_for_each(Key::check));
+        Publish(match checked {
+            Err(e) => PublishState::Done(Some(Err(e))),
+            Ok(()) => match &self.inner.backend {
+                Backend::Owned(o) => PublishState::Done(Some(o.channels.publish(channel, branch, data).map(|_| ()))),
+                Backend::Connected(c) => match crate::channels::check_message(&data).and_then(|_| c.publish_send(channel, branch, &data)) {
+                    Ok(rx) => PublishState::Waiting(rx),
+                    Err(e) => PublishState::Done(Some(Err(e))),
+                },
+            },
+        })
     }
 
     /// Publishes at once (a commit's messages; the server's requests).
@@ -343,6 +347,7 @@ impl Store {
             Backend::Connected(_) => runtime::block_on(self.publish_raw(channel, branch, data)),
         }
     }
+
 
     /// Subscribes to a branch and gives a subscription to pull from (the
     /// bindings' boundary); returns once the store has it. Errors:
@@ -417,6 +422,28 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+/// A publish on its way: resolves once the store has the message.
+#[must_use = "a publish's future says whether the store took the message"]
+pub struct Publish(PublishState);
+
+enum PublishState {
+    Done(Option<Result<()>>),
+    Waiting(tokio::sync::oneshot::Receiver<Result<Box<[u8]>>>),
+}
+
+impl std::future::Future for Publish {
+    type Output = Result<()>;
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<()>> {
+        match &mut self.0 {
+            PublishState::Done(r) => std::task::Poll::Ready(r.take().unwrap_or(Ok(()))),
+            PublishState::Waiting(rx) => std::pin::Pin::new(rx).poll(cx).map(|r| match r {
+                Ok(r) => r.map(|_| ()),
+                Err(_) => Err(Error::new(ErrorKind::Closed, "disconnected from the store before it answered: the message may or may not have been published")),
+            }),
+        }
     }
 }
 
