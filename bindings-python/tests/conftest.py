@@ -18,7 +18,8 @@ import pytest
 
 import tinystore
 
-MODES = ["owned"]
+# TINYSTORE_TEST_MODES=owned,connected runs both (connected mode is being built).
+MODES = os.environ.get("TINYSTORE_TEST_MODES", "owned").split(",")
 
 HERE = Path(__file__).parent
 MIGRATIONS = HERE / "migrations"
