@@ -534,8 +534,9 @@ int32_t ts_store_connect(const uint8_t *address,
                          struct TsError **err);
 
 /**
- * Serves the store on one more `address`. The core has no server yet:
- * this fails with `invalid` until it does.
+ * Serves the store on one more `address` as well (`tcp:HOST:PORT` needs
+ * `<dir>/tokens`), as `Store::serve`. Errors: `invalid` (the address, or a
+ * connected store: only the owner serves), `io`, `auth`.
  */
 int32_t ts_store_serve(const struct TsStore *s,
                        const uint8_t *address,

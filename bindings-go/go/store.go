@@ -21,12 +21,15 @@ func init() {
 	}
 }
 
-// Open opens the store directory dir (creating it if needed) and owns it:
-// channels and locks live in this process's memory, the epoch of its
-// fences in dir/kv.db, SQL databases in dir/<name>.db.
+// Open opens the store directory dir (creating it if needed). If no live
+// process owns it, this one does: channels and locks live in its memory,
+// the epoch of its fences in dir/kv.db, SQL databases in dir/<name>.db,
+// and it serves the store to other processes on dir/tinystore.sock. If
+// another process owns it, Open connects to that one instead (STORE-01).
 //
-// Errors: [ErrOwned] when another process owns dir, [ErrIO], [ErrSQL];
-// ctx.Err() when ctx is done before.
+// Errors: [ErrIO] (the directory cannot be made, locked or reached),
+// [ErrSQL] (dir/kv.db is unreadable), [ErrOwned] (the owner cannot be
+// reached); ctx.Err() when ctx is done before.
 func Open(ctx context.Context, dir string) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -40,9 +43,11 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 
 // Connect reaches a store owned by another process at address:
 // "unix:PATH" (an owner serves "unix:<dir>/tinystore.sock") or
-// "tcp:HOST:PORT". The store then works as an owned one.
+// "tcp:HOST:PORT" (with the token in the environment variable
+// TINYSTORE_TOKEN). The store then works as an owned one; the engine
+// reconnects by itself when the connection drops, and renews leases.
 //
-// The engine cannot connect yet: until it can, Connect fails with [ErrInvalid].
+// Errors: [ErrInvalid] (the address), [ErrIO] (nobody listens), [ErrAuth].
 func Connect(ctx context.Context, address string) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -54,10 +59,11 @@ func Connect(ctx context.Context, address string) (*Store, error) {
 	return &Store{n: n}, nil
 }
 
-// Serve serves the store on one more address ("tcp:HOST:PORT", with a token)
-// for other processes to [Connect] to.
+// Serve serves the store on one more address for other processes to
+// [Connect] to: "tcp:HOST:PORT" (needs dir/tokens; see `tinystore token
+// new`) or "unix:PATH". Only an owner serves.
 //
-// The engine cannot serve yet: until it can, Serve fails with [ErrInvalid].
+// Errors: [ErrInvalid] (the address, or a connected store), [ErrIO], [ErrAuth].
 func (s *Store) Serve(ctx context.Context, address string) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -16,7 +16,7 @@ import (
 )
 
 func TestErrorsCarryTheCoreCodeAndMessageAndMatchOneSentinel(t *testing.T) {
-	store := testkit.Owned(t, "")
+	store := testkit.Owned(t)
 	_, err := locks.OpenLock(store, "summaries", locks.TTL(10*time.Millisecond))
 	var e *tinystore.Error
 	if !errors.As(err, &e) || e.Code != "invalid" || !strings.Contains(e.Message, "30s") {
@@ -39,7 +39,7 @@ func TestErrorsCarryTheCoreCodeAndMessageAndMatchOneSentinel(t *testing.T) {
 }
 
 func TestStoreCloseIsIdempotentAndEndsEveryCall(t *testing.T) {
-	store := testkit.Owned(t, "")
+	store := testkit.Owned(t)
 	if err := store.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,62 @@ func TestStoreOpenReportsWhatWentWrong(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := tinystore.Open(ctx, t.TempDir()); !errors.Is(err, context.Canceled) {
+	if _, err := tinystore.Open(ctx, testkit.Dir(t)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("open with a cancelled ctx: %v, want context.Canceled", err)
+	}
+}
+
+func TestStore01ServeAddsAnAddressAndOpenConnectsToTheOwner(t *testing.T) {
+	ctx := context.Background()
+	dir := testkit.Dir(t)
+	owner, err := tinystore.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	extra := "unix:" + filepath.Join(dir, "extra.sock")
+	if err := owner.Serve(ctx, extra); err != nil {
+		t.Fatal(err)
+	}
+	// A second Open of the directory connects to its owner; so does Connect.
+	second, err := tinystore.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	client, err := tinystore.Connect(ctx, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if err := client.Serve(ctx, "unix:"+filepath.Join(dir, "other.sock")); !errors.Is(err, tinystore.ErrInvalid) {
+		t.Fatalf("serve on a connected store: %v, want ErrInvalid", err)
+	}
+	for _, s := range []*tinystore.Store{second, client} {
+		if s.Epoch() != owner.Epoch() {
+			t.Fatalf("a connected store has epoch %d, its owner %d", s.Epoch(), owner.Epoch())
+		}
+	}
+	got := make(chan int, 2)
+	events, err := channels.OpenChannel[int](owner, "chat-events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := events.Subscribe(ctx, func(_ context.Context, m channels.Message[int]) error { got <- m.Value; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop(ctx)
+	for i, s := range []*tinystore.Store{second, client} {
+		ch, err := channels.OpenChannel[int](s, "chat-events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.Publish(ctx, i+1); err != nil {
+			t.Fatal(err)
+		}
+		if v := testkit.Receive(t, got, 5*time.Second, "a message through the owner"); v != i+1 {
+			t.Fatalf("got %d, want %d", v, i+1)
+		}
 	}
 }

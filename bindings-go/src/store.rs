@@ -2,7 +2,7 @@
 
 use tinystore::Store;
 
-use crate::args::{invalid, text};
+use crate::args::text;
 use crate::error::{TsError, call, quiet};
 
 /// A store, owned by this process or connected to another's.
@@ -37,17 +37,15 @@ pub unsafe extern "C" fn ts_store_connect(
     })
 }
 
-/// Serves the store on one more `address`. The core has no server yet:
-/// this fails with `invalid` until it does.
+/// Serves the store on one more `address` as well (`tcp:HOST:PORT` needs
+/// `<dir>/tokens`), as `Store::serve`. Errors: `invalid` (the address, or a
+/// connected store: only the owner serves), `io`, `auth`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_serve(s: *const TsStore, address: *const u8, address_len: usize, err: *mut *mut TsError) -> i32 {
     call(err, || {
-        let _store = &unsafe { &*s }.store;
-        let address = unsafe { text(address, address_len) }?;
-        Err(invalid(format!(
-            "serve({address:?}): serving a store on another address is not built yet; other processes can open the same directory"
-        ))
-        .into())
+        let s = unsafe { &*s };
+        s.store.serve(unsafe { text(address, address_len) }?)?;
+        Ok(())
     })
 }
 

@@ -9,7 +9,6 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"tinystore"
 	"tinystore/internal/testkit"
 	"tinystore/locks"
 )
@@ -67,8 +66,8 @@ func (r *recorder) add(op porcupine.Operation) {
 }
 
 func TestLock01LinearizableHistoryOfManyGoroutines(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, openStore func(testing.TB, string) *tinystore.Store) {
-		l := openLock(t, openStore(t, ""), "jobs")
+	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+		l := openLock(t, stores.Open(), "jobs")
 		rec := &recorder{start: time.Now()}
 		var wg sync.WaitGroup
 		for client := range 12 {

@@ -26,8 +26,8 @@ func openDB(t testing.TB, store *tinystore.Store, opts ...sqldb.Option) *sqldb.D
 }
 
 func TestSqlParametersBindAndRowsComeBackTyped(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, openStore func(testing.TB, string) *tinystore.Store) {
-		db := openDB(t, openStore(t, ""))
+	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+		db := openDB(t, stores.Open())
 		if _, err := db.Exec(bg, `create table t (i integer, r real, s text, b blob, n, flag integer, f text)`); err != nil {
 			t.Fatal(err)
 		}
@@ -69,8 +69,8 @@ func TestSqlParametersBindAndRowsComeBackTyped(t *testing.T) {
 }
 
 func TestSqlTxCommitsOnNilAndRollsBackOnErrorOrPanic(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, openStore func(testing.TB, string) *tinystore.Store) {
-		db := openDB(t, openStore(t, ""))
+	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+		db := openDB(t, stores.Open())
 		if _, err := db.Exec(bg, `create table t (v text)`); err != nil {
 			t.Fatal(err)
 		}
@@ -125,8 +125,8 @@ func TestSqlTxCommitsOnNilAndRollsBackOnErrorOrPanic(t *testing.T) {
 }
 
 func TestSqlMigrationsApplyOnceInOrderAndAnEditIsRefused(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, openStore func(testing.TB, string) *tinystore.Store) {
-		store := openStore(t, "")
+	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+		store := stores.Open()
 		dir := t.TempDir()
 		write := func(name, text string) {
 			if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {

@@ -16,40 +16,77 @@ import (
 	"tinystore"
 )
 
-// Kind is a way to get a store for a test.
-type Kind struct {
-	Name string
-	// Open gives a store in dir (a fresh one when dir is ""), closed when
-	// the test ends.
-	Open func(t testing.TB, dir string) *tinystore.Store
+// Kinds are the ways the contract tests reach a store: "owned" opens the
+// directory in this process; "connected" opens the owner here too, then
+// reaches it through its socket (unix:<dir>/tinystore.sock).
+var Kinds = []string{"owned", "connected"}
+
+// Stores opens the stores of one test, of one kind, in one directory.
+type Stores struct {
+	Kind   string
+	Dir    string
+	t      testing.TB
+	opened []*tinystore.Store
 }
 
-// Kinds are the ways the contract tests reach a store.
-func Kinds() []Kind {
-	return []Kind{
-		{Name: "owned", Open: Owned},
-	}
-}
-
-// Owned opens a store this process owns, in dir or a fresh directory.
-func Owned(t testing.TB, dir string) *tinystore.Store {
-	t.Helper()
-	if dir == "" {
-		dir = t.TempDir()
-	}
-	s, err := tinystore.Open(context.Background(), dir)
+// Open gives a store of the kind, in the test's directory.
+func (s *Stores) Open() *tinystore.Store {
+	s.t.Helper()
+	ctx := context.Background()
+	owner, err := tinystore.Open(ctx, s.Dir)
 	if err != nil {
-		t.Fatalf("open store %s: %v", dir, err)
+		s.t.Fatalf("open store %s: %v", s.Dir, err)
 	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	s.opened = append(s.opened, owner)
+	if s.Kind == "owned" {
+		return owner
+	}
+	store, err := tinystore.Connect(ctx, "unix:"+filepath.Join(s.Dir, "tinystore.sock"))
+	if err != nil {
+		s.t.Fatalf("connect to %s: %v", s.Dir, err)
+	}
+	s.opened = append(s.opened, store)
+	return store
 }
 
-// Each runs f as a subtest once per kind of store.
-func Each(t *testing.T, f func(t *testing.T, open func(t testing.TB, dir string) *tinystore.Store)) {
-	for _, k := range Kinds() {
-		t.Run(k.Name, func(t *testing.T) { f(t, k.Open) })
+// Close closes every store Open gave, owners last: the store restarts at
+// the next Open.
+func (s *Stores) Close() {
+	for i := len(s.opened) - 1; i >= 0; i-- {
+		s.opened[i].Close()
 	}
+	s.opened = nil
+}
+
+// Each runs f as a subtest once per kind of store, each in a fresh directory.
+func Each(t *testing.T, f func(t *testing.T, stores *Stores)) {
+	for _, kind := range Kinds {
+		t.Run(kind, func(t *testing.T) {
+			s := &Stores{Kind: kind, Dir: Dir(t), t: t}
+			t.Cleanup(s.Close)
+			f(t, s)
+		})
+	}
+}
+
+// Owned opens a store this process owns, in a fresh directory.
+func Owned(t testing.TB) *tinystore.Store {
+	t.Helper()
+	s := &Stores{Kind: "owned", Dir: Dir(t), t: t}
+	t.Cleanup(s.Close)
+	return s.Open()
+}
+
+// Dir is a fresh directory, removed when the test ends. Short, so that
+// <dir>/tinystore.sock fits a Unix socket's path (108 bytes).
+func Dir(t testing.TB) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "ts-go-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(d) })
+	return d
 }
 
 // Eventually polls cond every 5 ms for up to d.
