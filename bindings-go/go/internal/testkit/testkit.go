@@ -72,9 +72,16 @@ func Each(t *testing.T, f func(t *testing.T, stores *Stores)) {
 // Owned opens a store this process owns, in a fresh directory.
 func Owned(t testing.TB) *tinystore.Store {
 	t.Helper()
+	store, _ := OwnedIn(t)
+	return store
+}
+
+// OwnedIn is Owned, and the store's directory.
+func OwnedIn(t testing.TB) (*tinystore.Store, string) {
+	t.Helper()
 	s := &Stores{Kind: "owned", Dir: Dir(t), t: t}
 	t.Cleanup(s.Close)
-	return s.Open()
+	return s.Open(), s.Dir
 }
 
 // Dir is a fresh directory, removed when the test ends. Short, so that

@@ -1,0 +1,99 @@
+package channels_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"tinystore"
+	"tinystore/channels"
+	"tinystore/internal/testkit"
+)
+
+func TestMain(m *testing.M) {
+	if testkit.Helper() == "owner" {
+		os.Exit(owner())
+	}
+	os.Exit(m.Run())
+}
+
+// owner owns the store in $TINYSTORE_DIR until it is killed.
+func owner() int {
+	store, err := tinystore.Open(context.Background(), os.Getenv("TINYSTORE_DIR"))
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer store.Close()
+	fmt.Println("ready")
+	select {}
+}
+
+// CHAN-04: the owner of the store dies and another takes its place; the
+// connected subscriber subscribes again by itself, is told it missed an
+// unknown number of messages (reason reconnect: the store restarted), then
+// gets what is published after.
+func TestChan04SubscriberIsToldReconnectAfterTheOwnerRestarts(t *testing.T) {
+	dir := testkit.Dir(t)
+	first := testkit.StartHelper(t, "owner", "TINYSTORE_DIR="+dir)
+	first.Line(t, "ready", 10*time.Second)
+	store, err := tinystore.Connect(bg, "unix:"+filepath.Join(dir, "tinystore.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	events := open[event](t, store, "chat-events")
+	type seen struct {
+		missed *channels.Missed
+		n      int
+	}
+	got := make(chan seen, 256)
+	sub, err := events.Under(4).Subscribe(bg, func(_ context.Context, m channels.Message[event]) error {
+		got <- seen{n: m.Value.N}
+		return nil
+	}, channels.OnMissed(func(m channels.Missed) { got <- seen{missed: &m} }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop(bg)
+	if err := events.Under(4).Publish(bg, event{N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if s := testkit.Receive(t, got, 5*time.Second, "message 1"); s.n != 1 {
+		t.Fatalf("got %+v, want message 1", s)
+	}
+
+	first.Signal(t, syscall.SIGKILL)
+	second := testkit.StartHelper(t, "owner", "TINYSTORE_DIR="+dir)
+	second.Line(t, "ready", 10*time.Second)
+
+	// Probes until one arrives: publishing fails or goes unheard while the
+	// client reconnects.
+	var before []seen
+	deadline := time.Now().Add(15 * time.Second)
+	for probe := 100; ; probe++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("no probe arrived after the restart; got %+v", before)
+		}
+		_ = events.Under(4).Publish(bg, event{N: probe})
+		select {
+		case s := <-got:
+			if s.missed != nil {
+				before = append(before, s)
+				continue
+			}
+			if len(before) != 1 || *before[0].missed != (channels.Missed{Known: false, Reason: channels.Reconnect}) {
+				t.Fatalf("before the first message after the restart: %+v, want one onMissed(reconnect, count unknown)", before)
+			}
+			if s.n < 100 {
+				t.Fatalf("got message %d after the restart, want a probe", s.n)
+			}
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

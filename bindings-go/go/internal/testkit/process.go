@@ -1,0 +1,85 @@
+package testkit
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// helperEnv names the helper a test binary runs as, instead of its tests.
+const helperEnv = "TINYSTORE_GO_HELPER"
+
+// Helper is the helper this process was started as ("" for the tests).
+func Helper() string { return os.Getenv(helperEnv) }
+
+// Child is another process of the test binary, running a helper.
+type Child struct {
+	cmd   *exec.Cmd
+	lines chan string
+}
+
+// StartHelper runs this test binary again as the helper name, with env
+// added; it is killed when the test ends.
+func StartHelper(t testing.TB, name string, env ...string) *Child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), helperEnv+"="+name), env...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &Child{cmd: cmd, lines: make(chan string, 64)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return c
+}
+
+// Line waits up to d for the child's next line that starts with prefix
+// and gives the rest of it.
+func (c *Child) Line(t testing.TB, prefix string, d time.Duration) string {
+	t.Helper()
+	end := time.After(d)
+	for {
+		select {
+		case l, ok := <-c.lines:
+			if !ok {
+				t.Fatalf("the child ended before saying %q", prefix)
+			}
+			if rest, found := strings.CutPrefix(l, prefix); found {
+				return strings.TrimSpace(rest)
+			}
+		case <-end:
+			t.Fatalf("the child did not say %q within %v", prefix, d)
+		}
+	}
+}
+
+// Signal sends sig to the child (SIGSTOP freezes it, SIGCONT wakes it,
+// SIGKILL kills it).
+func (c *Child) Signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	if err := c.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	if sig == syscall.SIGKILL {
+		_ = c.cmd.Wait()
+	}
+}
