@@ -16,8 +16,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tokio::io::AsyncWriteExt;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, oneshot};
 
 use crate::channels::{Event, Missed, MissedReason, Msg, Scope};
 use crate::error::{Error, ErrorKind, Result};
@@ -26,13 +25,13 @@ use crate::key::Key;
 use crate::limits::{BRANCH_LOG_BYTES, BRANCH_LOG_MESSAGES};
 use crate::locks::{Holder, Kind, Terms};
 use crate::runtime;
-use crate::wire::{self, AcquireOk, Address, FrameReader, HelloOk, Reply, Request, SubscribeOk, WireResume};
+use crate::wire::{self, AcquireOk, Address, FrameReader, HelloOk, Reply, Request, Sink, SubscribeOk, WireResume};
 
 type Reader = FrameReader<Box<dyn tokio::io::AsyncRead + Send + Unpin>>;
 type Pending = HashMap<u64, oneshot::Sender<Result<Box<[u8]>>>>;
 
 struct Conn {
-    tx: mpsc::UnboundedSender<Vec<u8>>,
+    sink: Arc<Sink>,
     pending: Mutex<Pending>,
     alive: AtomicBool,
 }
@@ -51,6 +50,8 @@ pub(crate) struct Client {
     leases: Mutex<HashMap<u64, Arc<RemoteLease>>>,
     hello: Mutex<Option<HelloOk>>,
     closed: AtomicBool,
+    /// Holds waiting in line now: while any, the connection pings.
+    waiting: AtomicU64,
     /// The store this process came to own by taking over, if it did.
     pub(crate) owned: Mutex<Option<crate::store::Store>>,
 }
@@ -72,6 +73,7 @@ impl Client {
             leases: Mutex::new(HashMap::new()),
             hello: Mutex::new(None),
             closed: AtomicBool::new(false),
+            waiting: AtomicU64::new(0),
             owned: Mutex::new(None),
         });
         let first = runtime::block_on(async {
@@ -89,6 +91,7 @@ impl Client {
         *c.conn.lock() = Some(first.1.clone());
         let me = c.clone();
         runtime::spawn(async move { me.run(Some(first)).await });
+        runtime::spawn(pinger(Arc::downgrade(&c)));
         Ok(c)
     }
 
@@ -102,29 +105,22 @@ impl Client {
 
     /// Opens the socket and says hello; gives the reader and the connection.
     async fn dial(self: &Arc<Self>) -> Result<(Reader, Arc<Conn>, HelloOk)> {
-        let (rd, wr): (Box<dyn tokio::io::AsyncRead + Send + Unpin>, Box<dyn tokio::io::AsyncWrite + Send + Unpin>) = match &self.address {
-            Address::Unix(p) => {
-                let s = tokio::net::UnixStream::connect(p).await.map_err(|e| Error::io(&format!("could not connect to unix:{}", p.display()), e))?;
-                let (r, w) = s.into_split();
-                (Box::new(r), Box::new(w))
-            }
+        let (rd, wr) = match &self.address {
+            Address::Unix(p) => wire::split_unix(
+                tokio::net::UnixStream::connect(p).await.map_err(|e| Error::io(&format!("could not connect to unix:{}", p.display()), e))?,
+            ),
             Address::Tcp(hp) => {
-                let s = tokio::net::TcpStream::connect(hp).await.map_err(|e| Error::io(&format!("could not connect to tcp:{hp}"), e))?;
-                s.set_nodelay(true).ok();
-                let (r, w) = s.into_split();
-                (Box::new(r), Box::new(w))
+                wire::split_tcp(tokio::net::TcpStream::connect(hp).await.map_err(|e| Error::io(&format!("could not connect to tcp:{hp}"), e))?)
             }
         };
-        let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        let conn = Arc::new(Conn { tx, pending: Mutex::new(HashMap::new()), alive: AtomicBool::new(true) });
-        runtime::spawn(write_loop(wr, rx));
+        let conn = Arc::new(Conn { sink: Sink::new(wr), pending: Mutex::new(HashMap::new()), alive: AtomicBool::new(true) });
         let mut reader = FrameReader::new(rd);
         let mut hello = Request::new(0, "hello");
         hello.version = Some(wire::PROTOCOL_VERSION);
         hello.client = Some(format!("pid {}", std::process::id()));
         hello.session = Some(self.session.clone());
         hello.token = self.token.clone();
-        let _ = conn.tx.send(wire::frame(&hello));
+        conn.sink.send(&wire::frame(&hello));
         let answer = tokio::time::timeout(Duration::from_secs(5), reader.next())
             .await
             .map_err(|_| Error::new(ErrorKind::Io, "the store did not answer hello within 5s"))??
@@ -160,6 +156,7 @@ impl Client {
                     }
                     self.read_loop(rd, &conn).await;
                     conn.alive.store(false, Ordering::Release);
+                    conn.sink.close();
                     *self.conn.lock() = None;
                     let pending: Vec<_> = conn.pending.lock().drain().collect();
                     for (_, tx) in pending {
@@ -302,7 +299,7 @@ impl Client {
             conn.pending.lock().insert(r.id, tx);
             rx
         });
-        if conn.tx.send(wire::frame(&r)).is_err() {
+        if !conn.sink.send(&wire::frame(&r)) {
             conn.pending.lock().remove(&r.id);
             return Err(disconnected());
         }
@@ -404,9 +401,8 @@ impl Client {
             r.max_hold_ms = terms.max_hold.map(|m| m.as_millis() as u64);
             r.wait_ms = Some(wait_ms.saturating_sub(started.elapsed().as_millis() as u64).max(if wait_ms > 0 { 1 } else { 0 }));
             let sent = Instant::now();
-            let keepalive = (wait_ms > 0).then(|| self.keep_alive(ttl));
+            let _waiting = (wait_ms > 0).then(|| Waiting::new(&self.waiting));
             let answer = self.call(r).await;
-            drop(keepalive);
             match answer {
                 Ok(bytes) => {
                     let ok: AcquireOk = serde_json::from_slice(&bytes).map_err(|e| Error::new(ErrorKind::Protocol, e.to_string()))?;
@@ -425,22 +421,6 @@ impl Client {
         }
     }
 
-    /// Pings while a wait is pending, so the store keeps this waiter in line
-    /// (a frozen process stops pinging and leaves the line, L1).
-    fn keep_alive(self: &Arc<Self>, ttl: Duration) -> KeepAlive {
-        let me = Arc::downgrade(self);
-        let task = runtime::spawn(async move {
-            loop {
-                tokio::time::sleep(ttl / 3).await;
-                let Some(c) = me.upgrade() else { return };
-                if let Ok(conn) = c.current() {
-                    let _ = c.send_on(&conn, &mut Request::new(0, "ping"), false);
-                }
-            }
-        });
-        KeepAlive(task.abort_handle())
-    }
-
     pub(crate) fn status(&self) -> Result<serde_json::Value> {
         let bytes = runtime::block_on(self.call(Request::new(0, "status")))?;
         serde_json::from_slice(&bytes).map_err(|e| Error::new(ErrorKind::Protocol, e.to_string()))
@@ -457,6 +437,7 @@ impl Client {
         let conn = self.conn.lock().take();
         if let Some(c) = conn {
             c.alive.store(false, Ordering::Release);
+            c.sink.close();
             let pending: Vec<_> = c.pending.lock().drain().collect();
             for (_, tx) in pending {
                 let _ = tx.send(Err(Error::closed()));
@@ -477,31 +458,38 @@ impl Client {
     }
 }
 
-struct KeepAlive(tokio::task::AbortHandle);
+/// Counts a hold waiting in line while it lives.
+struct Waiting<'a>(&'a AtomicU64);
 
-impl Drop for KeepAlive {
-    fn drop(&mut self) {
-        self.0.abort();
+impl<'a> Waiting<'a> {
+    fn new(n: &'a AtomicU64) -> Waiting<'a> {
+        n.fetch_add(1, Ordering::AcqRel);
+        Waiting(n)
     }
 }
 
-async fn write_loop(mut wr: Box<dyn tokio::io::AsyncWrite + Send + Unpin>, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
-    let mut buf = Vec::with_capacity(64 * 1024);
-    while let Some(f) = rx.recv().await {
-        buf.clear();
-        buf.extend_from_slice(&f);
-        // Pipelined requests go out together.
-        while buf.len() < 256 * 1024 {
-            match rx.try_recv() {
-                Ok(f) => buf.extend_from_slice(&f),
-                Err(_) => break,
-            }
-        }
-        if wr.write_all(&buf).await.is_err() {
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Pings while any hold waits in line, so the store keeps this client's
+/// waiters (a frozen process stops pinging and leaves the line, L1). Every
+/// 250 ms: within a third of the shortest ttl (1 s).
+async fn pinger(c: std::sync::Weak<Client>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let Some(c) = c.upgrade() else { return };
+        if c.closed.load(Ordering::Acquire) {
             return;
         }
+        if c.waiting.load(Ordering::Acquire) > 0
+            && let Ok(conn) = c.current()
+        {
+            let _ = c.send_on(&conn, &mut Request::new(0, "ping"), false);
+        }
     }
-    let _ = wr.shutdown().await;
 }
 
 fn raw_json(data: &[u8]) -> Result<Box<serde_json::value::RawValue>> {

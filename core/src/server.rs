@@ -10,13 +10,13 @@
 //! connection until then, so a client that reconnects in time keeps them.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{Notify, mpsc};
+use tokio::io::AsyncRead;
+use tokio::sync::Notify;
 
 use crate::channels::{Event, Missed, MissedReason, RawSubscription, Resume, Scope};
 use crate::error::{Error, ErrorKind, Result};
@@ -25,7 +25,7 @@ use crate::limits::{CONNECTION_PENDING_BYTES, check_name, check_positive, check_
 use crate::locks::{Holder, Kind, RawLease, Terms};
 use crate::runtime;
 use crate::store::WeakStore;
-use crate::wire::{self, AcquireOk, Address, FrameReader, HelloOk, Reply, Request, SubscribeOk, WireError, need};
+use crate::wire::{self, AcquireOk, Address, FrameReader, HelloOk, Reply, Request, Sink, SubscribeOk, WireError, WriteHalf, need};
 
 /// What a token allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -81,19 +81,14 @@ struct ConnInfo {
 }
 
 struct Outbox {
-    /// Taken when the connection ends, so the writer drains and closes.
-    tx: Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>>,
-    pending: AtomicUsize,
-    drained: Notify,
+    sink: Arc<Sink>,
     last_heard: Mutex<Instant>,
     closed: AtomicBool,
 }
 
 impl Outbox {
     fn push(&self, frame: Vec<u8>) {
-        self.pending.fetch_add(frame.len(), Ordering::AcqRel);
-        let sent = self.tx.lock().as_ref().is_some_and(|tx| tx.send(frame).is_ok());
-        if !sent {
+        if !self.sink.send(&frame) {
             self.closed.store(true, Ordering::Release);
         }
     }
@@ -104,13 +99,12 @@ impl Outbox {
 
     /// Waits until the pending output is below the connection's limit.
     async fn room(&self) {
-        loop {
-            let n = self.drained.notified();
-            if self.pending.load(Ordering::Acquire) < CONNECTION_PENDING_BYTES || self.closed.load(Ordering::Acquire) {
-                return;
-            }
-            n.await;
-        }
+        self.sink.room(CONNECTION_PENDING_BYTES).await
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.sink.close();
     }
 }
 
@@ -159,7 +153,7 @@ impl Server {
                     loop {
                         tokio::select! {
                             a = l.accept() => match a {
-                                Ok((s, _)) => { let me2 = me.clone(); runtime::spawn(me2.connection(s, name.clone(), None)); }
+                                Ok((s, _)) => { let me2 = me.clone(); runtime::spawn(me2.connection(wire::split_unix(s), name.clone(), None)); }
                                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
                             },
                             _ = me.stopping.notified() => return,
@@ -185,9 +179,8 @@ impl Server {
                         tokio::select! {
                             a = l.accept() => match a {
                                 Ok((s, peer)) => {
-                                    s.set_nodelay(true).ok();
                                     let me2 = me.clone();
-                                    runtime::spawn(me2.connection(s, format!("tcp:{peer}"), Some(tokens.clone())));
+                                    runtime::spawn(me2.connection(wire::split_tcp(s), format!("tcp:{peer}"), Some(tokens.clone())));
                                 }
                                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
                             },
@@ -209,8 +202,7 @@ impl Server {
         for c in self.conns.lock().values() {
             if let Some(out) = c.out.upgrade() {
                 out.send(&Reply { ev: Some("closing".into()), ..Default::default() });
-                out.closed.store(true, Ordering::Release);
-                out.tx.lock().take();
+                out.close();
             }
         }
     }
@@ -226,17 +218,8 @@ impl Server {
         serde_json::to_value(list).unwrap_or_default()
     }
 
-    async fn connection<S: AsyncRead + AsyncWrite + Send + 'static>(self: Arc<Self>, stream: S, address: String, tokens: Option<Arc<Tokens>>) {
-        let (rd, wr) = tokio::io::split(stream);
-        let (tx, rx) = mpsc::unbounded_channel();
-        let out = Arc::new(Outbox {
-            tx: Mutex::new(Some(tx)),
-            pending: AtomicUsize::new(0),
-            drained: Notify::new(),
-            last_heard: Mutex::new(Instant::now()),
-            closed: AtomicBool::new(false),
-        });
-        runtime::spawn(write_loop(wr, rx, out.clone()));
+    async fn connection(self: Arc<Self>, (rd, wr): (Box<dyn AsyncRead + Send + Unpin>, WriteHalf), address: String, tokens: Option<Arc<Tokens>>) {
+        let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false) });
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let mut c = Conn { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), waits: Vec::new() };
         let mut reader = FrameReader::new(rd);
@@ -277,9 +260,7 @@ impl Server {
                 }
             }
         }
-        out.closed.store(true, Ordering::Release);
-        out.tx.lock().take();
-        out.drained.notify_waiters();
+        out.close();
         for (_, t) in c.subs.drain() {
             t.abort();
         }
@@ -436,6 +417,12 @@ impl Conn {
                     answer_ok(&self.out, id, &ok);
                     return Ok(());
                 }
+                // Free now: answer at once, without a task.
+                if let Some(raw) = table.acquire_now(&key, holder, terms)? {
+                    let ok = self.server.grant(raw, &session, hold, &self.out, Duration::ZERO);
+                    answer_ok(&self.out, id, &ok);
+                    return Ok(());
+                }
                 let (server, out) = (self.server.clone(), self.out.clone());
                 let task = runtime::spawn(async move {
                     let started = Instant::now();
@@ -574,28 +561,6 @@ fn encode_event(buf: &mut Vec<u8>, sub: u64, ev: Event, next: u64) {
             wire::encode(&Reply { ev: Some("missed".into()), sub: Some(sub), missed: Some(missed), next: Some(next), ..Default::default() }, buf)
         }
     }
-}
-
-async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::UnboundedReceiver<Vec<u8>>, out: Arc<Outbox>) {
-    let mut buf = Vec::with_capacity(256 * 1024);
-    while let Some(f) = rx.recv().await {
-        buf.clear();
-        buf.extend_from_slice(&f);
-        while buf.len() < 256 * 1024 {
-            match rx.try_recv() {
-                Ok(f) => buf.extend_from_slice(&f),
-                Err(_) => break,
-            }
-        }
-        let ok = wr.write_all(&buf).await.is_ok();
-        out.pending.fetch_sub(buf.len(), Ordering::AcqRel);
-        out.drained.notify_waiters();
-        if !ok {
-            out.closed.store(true, Ordering::Release);
-            break;
-        }
-    }
-    let _ = wr.shutdown().await;
 }
 
 /// The tokens of TCP clients: `<dir>/tokens`, one `role token` a line.

@@ -313,3 +313,185 @@ impl std::fmt::Display for Address {
         }
     }
 }
+
+/// The write side of a connection's socket.
+pub(crate) enum WriteHalf {
+    Unix(tokio::net::unix::OwnedWriteHalf),
+    Tcp(tokio::net::tcp::OwnedWriteHalf),
+}
+
+impl WriteHalf {
+    fn try_write(&self, b: &[u8]) -> std::io::Result<usize> {
+        match self {
+            WriteHalf::Unix(h) => h.try_write(b),
+            WriteHalf::Tcp(h) => h.try_write(b),
+        }
+    }
+
+    async fn writable(&self) -> std::io::Result<()> {
+        match self {
+            WriteHalf::Unix(h) => h.as_ref().writable().await,
+            WriteHalf::Tcp(h) => h.as_ref().writable().await,
+        }
+    }
+
+    async fn write_all(&self, mut b: &[u8]) -> std::io::Result<()> {
+        while !b.is_empty() {
+            self.writable().await?;
+            match self.try_write(b) {
+                Ok(n) => b = &b[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Splits a socket into a frame reader and a [`Sink`].
+pub(crate) fn split_unix(s: tokio::net::UnixStream) -> (Box<dyn tokio::io::AsyncRead + Send + Unpin>, WriteHalf) {
+    let (r, w) = s.into_split();
+    (Box::new(r), WriteHalf::Unix(w))
+}
+
+/// Splits a TCP socket into a frame reader and a [`Sink`]'s half.
+pub(crate) fn split_tcp(s: tokio::net::TcpStream) -> (Box<dyn tokio::io::AsyncRead + Send + Unpin>, WriteHalf) {
+    s.set_nodelay(true).ok();
+    let (r, w) = s.into_split();
+    (Box::new(r), WriteHalf::Tcp(w))
+}
+
+/// Where frames are written to a connection, from any thread, in the order
+/// `send` was called. A frame goes straight to the socket when nothing is
+/// queued ahead of it (no hand-off to another thread: that is most of a
+/// round trip's cost here); otherwise it waits in a buffer that a flusher
+/// task writes out. The buffered bytes are what [`Sink::room`] limits.
+pub(crate) struct Sink {
+    st: parking_lot::Mutex<SinkState>,
+    wake: tokio::sync::Notify,
+    drained: tokio::sync::Notify,
+    queued: std::sync::atomic::AtomicUsize,
+}
+
+struct SinkState {
+    half: Option<WriteHalf>,
+    buf: Vec<u8>,
+    flushing: bool,
+    closed: bool,
+}
+
+impl Sink {
+    pub(crate) fn new(half: WriteHalf) -> std::sync::Arc<Sink> {
+        let sink = std::sync::Arc::new(Sink {
+            st: parking_lot::Mutex::new(SinkState { half: Some(half), buf: Vec::new(), flushing: false, closed: false }),
+            wake: tokio::sync::Notify::new(),
+            drained: tokio::sync::Notify::new(),
+            queued: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let s = sink.clone();
+        crate::runtime::spawn(async move { s.flush_loop().await });
+        sink
+    }
+
+    /// Sends one frame (or several, back to back); false once closed.
+    pub(crate) fn send(&self, frame: &[u8]) -> bool {
+        use std::sync::atomic::Ordering;
+        let mut s = self.st.lock();
+        if s.closed {
+            return false;
+        }
+        let mut rest = frame;
+        if !s.flushing && s.buf.is_empty() {
+            let half = s.half.as_ref().expect("the half is home when not flushing");
+            match half.try_write(frame) {
+                Ok(n) if n == frame.len() => return true,
+                Ok(n) => rest = &frame[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => {
+                    s.closed = true;
+                    return false;
+                }
+            }
+        }
+        s.buf.extend_from_slice(rest);
+        self.queued.fetch_add(rest.len(), Ordering::AcqRel);
+        if !s.flushing {
+            s.flushing = true;
+            self.wake.notify_one();
+        }
+        true
+    }
+
+    /// Bytes waiting to be written.
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.st.lock().closed
+    }
+
+    /// Waits until fewer than `limit` bytes wait, or the sink closed.
+    pub(crate) async fn room(&self, limit: usize) {
+        loop {
+            let n = self.drained.notified();
+            if self.queued() < limit || self.is_closed() {
+                return;
+            }
+            n.await;
+        }
+    }
+
+    /// No more frames: what is queued is written, then the socket's write
+    /// side is shut down.
+    pub(crate) fn close(&self) {
+        let mut s = self.st.lock();
+        s.closed = true;
+        if !s.flushing {
+            s.half.take();
+        }
+        drop(s);
+        self.wake.notify_one();
+        self.drained.notify_waiters();
+    }
+
+    async fn flush_loop(&self) {
+        use std::sync::atomic::Ordering;
+        loop {
+            self.wake.notified().await;
+            loop {
+                let (half, buf) = {
+                    let mut s = self.st.lock();
+                    if s.buf.is_empty() {
+                        s.flushing = false;
+                        if s.closed {
+                            s.half.take();
+                            return;
+                        }
+                        break;
+                    }
+                    let Some(half) = s.half.take() else { return };
+                    (half, std::mem::take(&mut s.buf))
+                };
+                let ok = half.write_all(&buf).await.is_ok();
+                self.queued.fetch_sub(buf.len(), Ordering::AcqRel);
+                let mut s = self.st.lock();
+                if ok {
+                    s.half = Some(half);
+                } else {
+                    s.closed = true;
+                    s.buf.clear();
+                    self.queued.store(0, Ordering::Release);
+                }
+                drop(s);
+                self.drained.notify_waiters();
+                if !ok {
+                    return;
+                }
+            }
+            if self.st.lock().closed && self.st.lock().half.is_none() {
+                return;
+            }
+        }
+    }
+}
