@@ -218,7 +218,7 @@ async def test_lock_06_max_hold_tells_the_holder_and_gives_the_key_to_the_next_w
     assert b_fence > a_fence
 
 
-async def test_lock_07_l9_a_cpu_loop_holding_the_gil_past_the_ttl_keeps_the_lease(store: tinystore.Store) -> None:
+async def test_l9_a_cpu_loop_holding_the_gil_past_the_ttl_keeps_the_lease(store: tinystore.Store) -> None:
     lock = store.lock("busy", ttl="1s")
     async with lock.hold("k") as lease:
         fence = lease.fence
@@ -226,12 +226,20 @@ async def test_lock_07_l9_a_cpu_loop_holding_the_gil_past_the_ttl_keeps_the_leas
         n = 0
         while time.monotonic() < deadline:  # holds the GIL, never yields
             n += 1
-        assert not lease.lost
+        assert not lease.lost  # renewals (connected) come from the engine's threads
         await asyncio.sleep(0.6)  # and past the ttl again, yielding
         assert not lease.lost
-        assert lease.time_left is None  # in-process: ends only with its block
     async with lock.hold("k") as again:
         assert again.fence > fence
+
+
+async def test_lock_07_an_owned_lease_ends_only_with_its_block(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    async with tinystore.open(tmp_path / "owned") as store:
+        lock = store.lock("busy", ttl="1s")
+        async with lock.hold("k") as lease:
+            assert lease.time_left is None  # no ttl in the owning process
+            await asyncio.sleep(1.3)
+            assert not lease.lost and lease.time_left is None
 
 
 async def test_lock_07_wait_lost_is_false_for_a_lease_let_go_normally(store: tinystore.Store) -> None:

@@ -105,7 +105,7 @@ async def test_seed_live_updates_channel_transaction_stream_and_try_hold(store: 
     ]
     closed.set()
     await asyncio.wait_for(tab, 5)
-    assert store.status()["subscriptions"] == 0
+    await until(lambda: store.status()["subscriptions"] == 0, what="the tab's subscription to end")
 
     # "One summary per chat at a time", as written:
     async def history(chat_id: int) -> List[str]:
