@@ -85,13 +85,21 @@ struct Owned {
 /// What [`Store::status`] reports.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct StoreStatus {
+    /// The store directory.
     pub dir: PathBuf,
+    /// The owner's process id.
     pub pid: u32,
+    /// The owner's epoch.
     pub epoch: u64,
+    /// Milliseconds since the owner opened the store.
     pub uptime_ms: u64,
+    /// Subscriptions now (at most 10,000).
     pub subscriptions: usize,
+    /// Bytes all channels keep (at most 64 MiB).
     pub channel_bytes: usize,
+    /// Every branch the store knows.
     pub branches: Vec<BranchStatus>,
+    /// Every key held or waited for.
     pub locks: Vec<KeyStatus>,
 }
 

@@ -129,31 +129,40 @@ impl WireResume {
 /// `err`), or an event `ev` pushed unasked.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Reply<'a> {
+    /// The request this answers; absent on events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<u64>,
     /// The answer's value.
     #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
     pub ok: Option<&'a RawValue>,
+    /// The answer's error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub err: Option<WireError>,
     /// `msg`, `missed`, `end`, `lost` or `closing`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ev: Option<std::borrow::Cow<'a, str>>,
+    /// msg, missed, end: the subscription's number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sub: Option<u64>,
+    /// msg: the message's branch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<Vec<Key>>,
+    /// msg: its sequence in the branch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
     /// msg, missed: where a resume would go on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<u64>,
+    /// msg: the message.
     #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
     pub data: Option<&'a RawValue>,
+    /// missed: how many and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missed: Option<Missed>,
+    /// lost: the lease.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<u64>,
+    /// lost: why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
@@ -161,7 +170,9 @@ pub struct Reply<'a> {
 /// An error on the wire: a code and a message.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WireError {
+    /// The error's code (`timeout`, `invalid`, ...).
     pub code: String,
+    /// What was wrong and what to do.
     pub message: String,
 }
 
@@ -180,16 +191,22 @@ impl From<WireError> for Error {
 /// The answer to `hello`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HelloOk {
+    /// The protocol version.
     pub version: u32,
+    /// The store's epoch.
     pub epoch: u64,
+    /// The store directory, absolute.
     pub dir: String,
+    /// The owner's process id.
     pub pid: u32,
 }
 
 /// The answer to `acquire`: `lease` is absent when a try found the key held.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AcquireOk {
+    /// The lease's id; absent when a try found the key held.
     pub lease: Option<u64>,
+    /// The lease's fence (none for a permit).
     #[serde(default)]
     pub fence: Option<Fence>,
     /// How long the request waited in line before the grant.
@@ -200,8 +217,11 @@ pub struct AcquireOk {
 /// The answer to `subscribe`: where the subscription reads, for a resume.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SubscribeOk {
+    /// The store's epoch.
     pub epoch: u64,
+    /// The log the subscription reads.
     pub log: u64,
+    /// The next position it reads.
     pub next: u64,
 }
 

@@ -76,12 +76,19 @@ pub struct Resume {
 /// What `status` shows of one branch.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct BranchStatus {
+    /// The channel's name.
     pub channel: String,
+    /// The branch's path of keys.
     pub branch: Vec<Key>,
+    /// Subscriptions of this branch alone.
     pub subscribers: usize,
+    /// Recursive subscriptions rooted here.
     pub recursive_subscribers: usize,
+    /// Messages its log keeps now (at most 1,024).
     pub kept_messages: usize,
+    /// Bytes its log keeps now (at most 4 MiB).
     pub kept_bytes: usize,
+    /// Messages published to it while the store knew it.
     pub published: u64,
 }
 

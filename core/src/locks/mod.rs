@@ -120,18 +120,26 @@ pub(crate) struct Table {
 /// What `status` shows of one key.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct KeyStatus {
+    /// The lock's or semaphore's name.
     pub lock: String,
+    /// The key.
     pub key: Key,
+    /// Its current leases.
     pub holders: Vec<HolderStatus>,
+    /// Holds waiting in line.
     pub waiters: usize,
 }
 
 /// What `status` shows of one lease.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct HolderStatus {
+    /// The lease's id.
     pub lease: u64,
+    /// Its fence (none for a permit).
     pub fence: Option<Fence>,
+    /// Who holds it.
     pub holder: Holder,
+    /// Milliseconds since it was given.
     pub held_ms: u64,
     /// Milliseconds until the lease runs out, where it can (ttl or maxHold).
     pub left_ms: Option<u64>,
