@@ -404,3 +404,20 @@ fn names_channel_name_and_keys_checked() {
     assert_eq!(events.under("k".repeat(1025)).publish(&1).unwrap_err().code(), "invalid");
     events.under("k".repeat(1024)).publish(&1).unwrap();
 }
+
+#[test]
+fn chan_02_status_shows_each_subscriptions_lag() {
+    let (store, _d) = common::store();
+    let events = store.channel::<u64>("c").open().unwrap();
+    let a = raw_sub(&store, "c", 1);
+    let _b = raw_sub(&store, "c", 1);
+    for i in 0..5 {
+        events.under(1).publish(&i).unwrap();
+    }
+    a.try_next();
+    a.try_next();
+    let st = store.status();
+    let mut lag = st.branches[0].lag.clone();
+    lag.sort();
+    assert_eq!(lag, vec![3, 5]);
+}

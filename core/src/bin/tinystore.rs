@@ -282,9 +282,10 @@ fn print_status(v: &serde_json::Value) {
     println!("subscriptions: {}  channel memory: {} bytes", v["subscriptions"], v["channel_bytes"]);
     for b in v["branches"].as_array().into_iter().flatten() {
         let path: Vec<String> = b["branch"].as_array().into_iter().flatten().map(|k| k.as_str().unwrap_or("").to_owned()).collect();
+        let lag: Vec<String> = b["lag"].as_array().into_iter().flatten().map(|l| l.to_string()).collect();
         println!(
-            "  {}/{}  subscribers {} (+{} recursive)  kept {} messages, {} bytes  published {}",
-            b["channel"].as_str().unwrap_or(""), path.join("/"), b["subscribers"], b["recursive_subscribers"], b["kept_messages"], b["kept_bytes"], b["published"]
+            "  {}/{}  subscribers {} (+{} recursive)  lag [{}]  kept {} messages, {} bytes  published {}",
+            b["channel"].as_str().unwrap_or(""), path.join("/"), b["subscribers"], b["recursive_subscribers"], lag.join(", "), b["kept_messages"], b["kept_bytes"], b["published"]
         );
     }
     let locks = v["locks"].as_array().cloned().unwrap_or_default();

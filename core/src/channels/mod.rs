@@ -48,6 +48,8 @@ struct Node {
     own: Arc<Log>,
     tree: Mutex<Option<Arc<Log>>>,
     idle_since: Mutex<Option<Instant>>,
+    /// The subscriptions of this branch, for `status` to show their lag.
+    readers: Mutex<Vec<std::sync::Weak<subscription::Shared>>>,
 }
 
 #[derive(Default)]
@@ -90,6 +92,10 @@ pub struct BranchStatus {
     pub kept_bytes: usize,
     /// Messages published to it while the store knew it.
     pub published: u64,
+    /// How many messages each of its subscriptions has yet to read (the
+    /// most a subscription can be behind before it misses is 1,024).
+    #[serde(default)]
+    pub lag: Vec<u64>,
 }
 
 impl Channels {
@@ -159,6 +165,7 @@ impl Channels {
                     own: Log::new(self.budget.clone()),
                     tree: Mutex::new(None),
                     idle_since: Mutex::new(None),
+                    readers: Mutex::new(Vec::new()),
                 })
             })
             .clone()
@@ -212,6 +219,11 @@ impl Channels {
             _ => None,
         };
         let sub = RawSubscription::new(self.clone(), channel.into(), node.clone(), log, log_id, scope, cursor, resume.is_some());
+        if let Some(p) = sub.probe() {
+            let mut readers = node.readers.lock();
+            readers.retain(|w| w.strong_count() > 0);
+            readers.push(p);
+        }
         Ok((sub, told))
     }
 
@@ -274,6 +286,7 @@ impl Channels {
                     kept_messages,
                     kept_bytes,
                     published: n.own.next_position() - 1,
+                    lag: n.readers.lock().iter().filter_map(|w| w.upgrade()).map(|s| s.lag()).collect(),
                 });
             }
         }

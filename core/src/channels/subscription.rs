@@ -58,7 +58,7 @@ struct State {
     waker: Option<std::task::Waker>,
 }
 
-struct Shared {
+pub(super) struct Shared {
     channels: Arc<Channels>,
     channel: Arc<str>,
     node: Arc<Node>,
@@ -108,6 +108,14 @@ impl RawSubscription {
                 scope,
                 state: Mutex::new(State { cursor, resumed, told: None, stopped: false, waker: None }),
             })),
+        }
+    }
+
+    /// A handle `status` uses to see how far behind this subscription is.
+    pub(super) fn probe(&self) -> Option<std::sync::Weak<Shared>> {
+        match &self.src {
+            Src::Local(s) => Some(Arc::downgrade(s)),
+            Src::Remote(_) => None,
         }
     }
 
@@ -229,6 +237,17 @@ impl RawSubscription {
         if let Some(w) = waker {
             w.wake();
         }
+    }
+}
+
+impl Shared {
+    /// Messages published to its log that it has not read yet.
+    pub(super) fn lag(&self) -> u64 {
+        let st = self.state.lock();
+        if st.stopped {
+            return 0;
+        }
+        self.log.next_position().saturating_sub(st.cursor)
     }
 }
 
