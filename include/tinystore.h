@@ -561,6 +561,20 @@ void ts_store_free(struct TsStore *s);
  */
 uint64_t ts_store_epoch(const struct TsStore *s);
 
+/**
+ * What the store holds now, as JSON (the core's `StoreStatus`: its
+ * directory, owner pid, epoch, subscriptions, branches, held keys with
+ * their fences and waiters). `*out` is NUL-terminated; free it with
+ * [`ts_string_free`]. Errors: `closed`, `io` (a connected store's owner
+ * could not be asked).
+ */
+int32_t ts_store_status(const struct TsStore *s, char **out, struct TsError **err);
+
+/**
+ * Frees a string the library gave. Null is fine.
+ */
+void ts_string_free(char *p);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

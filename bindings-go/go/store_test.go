@@ -123,3 +123,41 @@ func TestStore01ServeAddsAnAddressAndOpenConnectsToTheOwner(t *testing.T) {
 		}
 	}
 }
+
+func TestStoreStatusShowsSubscriptionsAndHeldKeys(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+		ctx := context.Background()
+		store := stores.Open()
+		events, err := channels.OpenChannel[int](store, "chat-events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := events.Under(7).Subscribe(ctx, func(context.Context, channels.Message[int]) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Stop(ctx)
+		l, err := locks.OpenLock(store, "summaries")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = l.Hold(ctx, 7, func(ctx context.Context, lease *locks.Lease) error {
+			st, err := store.Status(ctx)
+			if err != nil {
+				return err
+			}
+			if st.Subscriptions != 1 || st.Epoch != lease.Fence.Hi || len(st.Locks) != 1 {
+				t.Errorf("status %+v", st)
+				return nil
+			}
+			k := st.Locks[0]
+			if k.Lock != "summaries" || k.Key != "7" || len(k.Holders) != 1 || k.Holders[0].Fence != lease.Fence.String() {
+				t.Errorf("key status %+v, want key 7 held with fence %s", k, lease.Fence)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -43,8 +43,15 @@ pub struct TsStr {
 
 impl TsStr {
     pub(crate) fn of(b: &[u8]) -> TsStr {
-        TsStr { ptr: b.as_ptr(), len: b.len() }
+        TsStr { ptr: ptr_of(b), len: b.len() }
     }
+}
+
+/// The pointer to `s`'s items, or null when it has none: an empty slice's
+/// pointer is a small dangling value, which Go's garbage collector refuses
+/// to find in a pointer-typed variable ("invalid pointer found on stack").
+pub(crate) fn ptr_of<T>(s: &[T]) -> *const T {
+    if s.is_empty() { std::ptr::null() } else { s.as_ptr() }
 }
 
 /// The bytes at `ptr..ptr+len` (empty when `len` is 0, whatever `ptr` is).

@@ -174,7 +174,7 @@ pub unsafe extern "C" fn ts_sub_next(
                         kind: TS_EVENT_MESSAGE,
                         seq: m.seq,
                         data: TsStr::of(&m.data),
-                        branch: keys[at..].as_ptr(),
+                        branch: crate::args::ptr_of(&keys[at..at + m.branch.len()]),
                         branch_len: m.branch.len(),
                         count_known: 0,
                         count: 0,
@@ -194,7 +194,7 @@ pub unsafe extern "C" fn ts_sub_next(
             });
         }
         unsafe {
-            *events = out.as_ptr();
+            *events = crate::args::ptr_of(out);
             *n = out.len();
             *ended = is_ended as u8;
         }

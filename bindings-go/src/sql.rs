@@ -163,8 +163,8 @@ pub unsafe extern "C" fn ts_rows_view(rows: *const TsRows, out: *mut TsRowsView)
             *out = TsRowsView {
                 ncols: r.ncols,
                 nrows: r.nrows,
-                values: r.out.vals.as_ptr(),
-                buf: r.out.buf.as_ptr(),
+                values: crate::args::ptr_of(&r.out.vals),
+                buf: crate::args::ptr_of(&r.out.buf),
                 buf_len: r.out.buf.len(),
             }
         };

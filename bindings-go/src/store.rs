@@ -1,5 +1,7 @@
 //! Opening, connecting to and closing a store.
 
+use std::ffi::{CString, c_char};
+
 use tinystore::Store;
 
 use crate::args::text;
@@ -76,4 +78,29 @@ pub unsafe extern "C" fn ts_store_free(s: *mut TsStore) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_epoch(s: *const TsStore) -> u64 {
     quiet(0, || unsafe { s.as_ref() }.map_or(0, |s| s.store.epoch()))
+}
+
+/// What the store holds now, as JSON (the core's `StoreStatus`: its
+/// directory, owner pid, epoch, subscriptions, branches, held keys with
+/// their fences and waiters). `*out` is NUL-terminated; free it with
+/// [`ts_string_free`]. Errors: `closed`, `io` (a connected store's owner
+/// could not be asked).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_store_status(s: *const TsStore, out: *mut *mut c_char, err: *mut *mut TsError) -> i32 {
+    call(err, || {
+        let s = unsafe { &*s };
+        let json = serde_json::to_string(&s.store.status_json()?).map_err(tinystore::Error::from)?;
+        unsafe { *out = CString::new(json).expect("JSON has no NUL").into_raw() };
+        Ok(())
+    })
+}
+
+/// Frees a string the library gave. Null is fine.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_string_free(p: *mut c_char) {
+    quiet((), || {
+        if !p.is_null() {
+            drop(unsafe { CString::from_raw(p) });
+        }
+    })
 }

@@ -156,7 +156,7 @@ func TestChan02C1SlowSubscriberIsToldExactlyWhatItMissedThenGoesOn(t *testing.T)
 				t.Fatal(err)
 			}
 		}
-		if d := time.Since(start); d > 3*time.Second {
+		if d := time.Since(start); d > 10*time.Second {
 			t.Fatalf("publishing past a stuck subscriber took %v", d)
 		}
 		close(release)

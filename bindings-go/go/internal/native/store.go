@@ -1,6 +1,7 @@
 package native
 
 /*
+#include <string.h>
 #include "tinystore.h"
 */
 import "C"
@@ -8,6 +9,7 @@ import "C"
 import (
 	"context"
 	"runtime"
+	"unsafe"
 )
 
 // Store is a store handle. The C handle is freed when the Store is garbage;
@@ -51,6 +53,19 @@ func (s *Store) Serve(ctx context.Context, address string) error {
 	err := result(ctx, C.ts_store_serve(s.p, a, n, &e), e)
 	runtime.KeepAlive(s)
 	return err
+}
+
+// Status gives the store's status as JSON.
+func (s *Store) Status() ([]byte, error) {
+	var out *C.char
+	var e *C.TsError
+	err := result(nil, C.ts_store_status(s.p, &out, &e), e)
+	runtime.KeepAlive(s)
+	if err != nil {
+		return nil, err
+	}
+	defer C.ts_string_free(out)
+	return C.GoBytes(unsafe.Pointer(out), C.int(C.strlen(out))), nil
 }
 
 // Close closes the store; idempotent.
