@@ -402,7 +402,11 @@ impl Client {
             r.wait_ms = Some(wait_ms.saturating_sub(started.elapsed().as_millis() as u64).max(if wait_ms > 0 { 1 } else { 0 }));
             let sent = Instant::now();
             let _waiting = (wait_ms > 0).then(|| Waiting::new(&self.waiting));
+            // Dropped before the answer (a cancelled task): tell the store to
+            // take this hold out of line, or let go of what it granted.
+            let mut cancel = CancelHold { client: self, hold, armed: true };
             let answer = self.call(r).await;
+            cancel.armed = false;
             match answer {
                 Ok(bytes) => {
                     let ok: AcquireOk = serde_json::from_slice(&bytes).map_err(|e| Error::new(ErrorKind::Protocol, e.to_string()))?;
@@ -419,6 +423,18 @@ impl Client {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Makes sure the store has the lock of this kind: `conflict` for a
+    /// semaphore opened with another limit (LOCK-08), checked at the handle.
+    pub(crate) fn declare(&self, lock: &str, kind: Kind) -> Result<()> {
+        let mut r = Request::new(0, "declare");
+        r.lock = Some(lock.to_owned());
+        r.limit = Some(match kind {
+            Kind::Lock => 0,
+            Kind::Semaphore { limit } => limit,
+        });
+        runtime::block_on(self.call(r)).map(|_| ())
     }
 
     pub(crate) fn status(&self) -> Result<serde_json::Value> {
@@ -454,6 +470,24 @@ impl Client {
         }
         if let Some(s) = self.owned.lock().take() {
             s.close();
+        }
+    }
+}
+
+struct CancelHold<'a> {
+    client: &'a Client,
+    hold: u64,
+    armed: bool,
+}
+
+impl Drop for CancelHold<'_> {
+    fn drop(&mut self) {
+        if self.armed
+            && let Ok(conn) = self.client.current()
+        {
+            let mut r = Request::new(0, "cancel");
+            r.hold = Some(self.hold);
+            let _ = self.client.send_on(&conn, &mut r, false);
         }
     }
 }

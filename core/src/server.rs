@@ -221,7 +221,7 @@ impl Server {
     async fn connection(self: Arc<Self>, (rd, wr): (Box<dyn AsyncRead + Send + Unpin>, WriteHalf), address: String, tokens: Option<Arc<Tokens>>) {
         let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false) });
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let mut c = Conn { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), waits: Vec::new() };
+        let mut c = Conn { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), waits: HashMap::new() };
         let mut reader = FrameReader::new(rd);
         loop {
             if out.closed.load(Ordering::Acquire) {
@@ -264,7 +264,7 @@ impl Server {
         for (_, t) in c.subs.drain() {
             t.abort();
         }
-        for t in c.waits.drain(..) {
+        for (_, t) in c.waits.drain() {
             t.abort();
         }
         self.conns.lock().remove(&conn_id);
@@ -304,7 +304,8 @@ struct Conn {
     role: Option<Role>,
     tokens: Option<Arc<Tokens>>,
     subs: HashMap<u64, tokio::task::AbortHandle>,
-    waits: Vec<tokio::task::AbortHandle>,
+    /// Holds waiting in line, by hold id.
+    waits: HashMap<u64, tokio::task::AbortHandle>,
 }
 
 impl Conn {
@@ -450,8 +451,8 @@ impl Conn {
                         }
                     }
                 });
-                self.waits.retain(|t| !t.is_finished());
-                self.waits.push(task.abort_handle());
+                self.waits.retain(|_, t| !t.is_finished());
+                self.waits.insert(hold, task.abort_handle());
             }
             "renew" | "release" => {
                 self.need_role(Role::Data, "hold keys")?;
@@ -478,6 +479,35 @@ impl Conn {
                 answer_ok(&self.out, id, &());
             }
             "ping" => answer_ok(&self.out, id, &()),
+            "cancel" => {
+                // The client gave up on a hold (a cancelled task): leave the
+                // line, or let go of what was granted meanwhile (LOCK-04).
+                let hold = need(r.hold, op, "hold")?;
+                if let Some(t) = self.waits.remove(&hold) {
+                    t.abort();
+                }
+                let session = self.session.clone().unwrap_or_default();
+                let granted = self.server.holds.lock().remove(&(session, hold));
+                if let Some(lid) = granted {
+                    let l = self.server.leases.lock().remove(&lid);
+                    if let Some(l) = l {
+                        let _ = l.raw.release();
+                    }
+                }
+                answer_ok(&self.out, id, &());
+            }
+            "declare" => {
+                // A handle is made: a semaphore's limit is the semaphore's (LOCK-08).
+                self.need_role(Role::Read, "open locks")?;
+                let lock = need(r.lock, op, "lock")?;
+                let kind = match r.limit.unwrap_or(0) {
+                    0 => Kind::Lock,
+                    n => Kind::Semaphore { limit: n },
+                };
+                check_name(if kind == Kind::Lock { "lock" } else { "semaphore" }, &lock)?;
+                store.lock_table(&lock, kind)?;
+                answer_ok(&self.out, id, &());
+            }
             "status" => {
                 self.need_role(Role::Read, "read status")?;
                 let mut v = serde_json::to_value(store.status()).unwrap_or_default();
@@ -501,7 +531,7 @@ impl Conn {
             }
             other => {
                 return Err(Error::invalid(format!(
-                    "unknown op {other:?}: use hello, publish, subscribe, unsubscribe, acquire, renew, release, ping, status or shutdown"
+                    "unknown op {other:?}: use hello, publish, subscribe, unsubscribe, declare, acquire, cancel, renew, release, ping, status or shutdown"
                 )));
             }
         }

@@ -383,13 +383,18 @@ impl Store {
     }
 
     /// The engine's handle to the lock or semaphore `name` (the bindings'
-    /// boundary). Errors: `invalid`, `conflict` (another kind or limit), `closed`.
+    /// boundary). Over a connection this asks the owner (one round trip), so
+    /// another limit is refused here too. Errors: `invalid`, `conflict`
+    /// (another kind or limit), `closed`.
     pub fn lock_raw(&self, name: &str, kind: Kind) -> Result<RawLock> {
         self.check_open()?;
         check_name(if kind == Kind::Lock { "lock" } else { "semaphore" }, name)?;
         let inner = match &self.inner.backend {
             Backend::Owned(o) => LockInner::Local(o.locks.table(name, kind)?),
-            Backend::Connected(c) => LockInner::Remote { client: c.clone(), name: name.to_owned(), kind },
+            Backend::Connected(c) => {
+                c.declare(name, kind)?;
+                LockInner::Remote { client: c.clone(), name: name.to_owned(), kind }
+            }
         };
         Ok(RawLock { inner, _store: self.clone() })
     }

@@ -392,8 +392,9 @@ fn lock_03_lock_08_connected_timeout_and_reentry() {
     assert!(!ran.load(Ordering::SeqCst));
     drop(held);
     owner.semaphore("s").limit(2).open().unwrap();
-    let sem = client.semaphore("s").limit(3).open().unwrap();
-    assert_eq!(sem.try_hold("k", |_| -> tinystore::Result<()> { Ok(()) }).unwrap_err().code(), "conflict");
+    let e = client.semaphore("s").limit(3).open().err().unwrap();
+    assert_eq!(e.code(), "conflict", "refused when the handle is made");
+    client.semaphore("s").limit(2).open().unwrap();
 }
 
 /// L7 over one connection: 1,000 concurrent holds, counted exactly, fences
@@ -489,4 +490,21 @@ fn sec_01_socket_is_owner_only() {
     let (_owner, d) = common::store();
     let mode = std::fs::metadata(d.path().join("tinystore.sock")).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
+}
+
+/// LOCK-04 over a connection: a waiter whose task is cancelled leaves the
+/// store's line at once; the key then goes to the next waiter, not to it.
+#[test]
+fn lock_04_connected_cancelled_waiter_leaves_the_line() {
+    let (owner, client, _d) = owner_and_client();
+    let raw = client.lock_raw("l", Kind::Lock).unwrap();
+    let terms = Terms { ttl: Some(Duration::from_secs(5)), max_hold: None };
+    let held = owner.lock_raw("l", Kind::Lock).unwrap().acquire_now(&"k".into(), Holder(0), Terms::default()).unwrap().unwrap();
+    let waiting = raw.acquire("k".into(), Holder::unique(), terms, Duration::from_secs(10));
+    let r = runtime::block_on(async { tokio::time::timeout(Duration::from_millis(300), waiting).await });
+    assert!(r.is_err(), "still waiting when cancelled");
+    assert!(common::eventually(2000, || owner.status().locks.first().is_some_and(|k| k.waiters == 0)));
+    drop(held);
+    let next = runtime::block_on(raw.try_acquire("k".into(), Holder::unique(), terms)).unwrap();
+    assert!(next.is_some(), "the key is free: the cancelled waiter never got it");
 }
