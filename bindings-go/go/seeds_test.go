@@ -45,23 +45,21 @@ func (m summarizer) Summarize(ctx context.Context, history string) (string, erro
 	return m.text + " of " + history, m.err
 }
 
-// untilListening publishes probes to chat 7 until each tab got one: the
+// probeUntil publishes probes to chat 7 until ch gives something: the
 // samples' stream gives no word of when its subscription is in place.
-func untilListening(t *testing.T, tabs ...chan any) {
+func probeUntil[T any](t *testing.T, what string, ch <-chan T) {
 	t.Helper()
-	for _, tab := range tabs {
-		testkit.Eventually(t, 5*time.Second, "a tab listens", func() bool {
-			if err := events.Under(int64(7)).Publish(context.Background(), ChatEvent{Kind: "probe"}); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-tab:
-				return true
-			case <-time.After(10 * time.Millisecond):
-				return false
-			}
-		})
-	}
+	testkit.Eventually(t, 5*time.Second, what, func() bool {
+		if err := events.Under(int64(7)).Publish(context.Background(), ChatEvent{Kind: "probe"}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+			return true
+		case <-time.After(10 * time.Millisecond):
+			return false
+		}
+	})
 }
 
 // next is the next value a tab got that is not a probe.
@@ -185,7 +183,8 @@ func TestSeedsLiveUpdatesTellEveryOpenTabChan01Chan03(t *testing.T) {
 				}
 			})
 		}
-		untilListening(t, laptop, phone)
+		probeUntil(t, "the laptop listens", laptop)
+		probeUntil(t, "the phone listens", phone)
 		if err := saveReply(context.Background(), 7, "hello", 0); err != nil {
 			t.Fatal(err)
 		}
@@ -214,18 +213,7 @@ func TestSeedsLiveUpdatesATabThatFallsBehindReloadsChan02(t *testing.T) {
 				got <- v
 			})
 		}()
-		// Probes until the phone listens: the first one it gets makes it stuck.
-		testkit.Eventually(t, 5*time.Second, "the phone listens", func() bool {
-			if err := events.Under(int64(7)).Publish(context.Background(), ChatEvent{Kind: "probe"}); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-stuck:
-				return true
-			case <-time.After(10 * time.Millisecond):
-				return false
-			}
-		})
+		probeUntil(t, "the phone listens", stuck) // the first probe it gets makes it stuck
 		for i := range 1100 {
 			if err := events.Under(int64(7)).Publish(context.Background(), ChatEvent{Kind: "message", ID: int64(i)}); err != nil {
 				t.Fatal(err)

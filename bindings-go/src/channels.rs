@@ -6,7 +6,7 @@ use std::task::{Context, Poll, Waker};
 
 use tinystore::channels::{Event, RawSubscription, Scope};
 
-use crate::args::{TsStr, TsValue, Values, bytes, text};
+use crate::args::{TsStr, TsValue, Values, publish_args, text};
 use crate::cancel::{TsCancel, block_on};
 use crate::error::{TsError, call, quiet};
 use crate::hub;
@@ -42,9 +42,7 @@ pub unsafe extern "C" fn ts_publish(
 ) -> i32 {
     call(err, || {
         let s = unsafe { &*s };
-        let channel = unsafe { text(channel, channel_len) }?;
-        let keys = unsafe { Values::new(keys, nkeys, buf, buf_len) }.keys()?;
-        let data: Box<[u8]> = unsafe { bytes(data, data_len) }.into();
+        let (channel, keys, data) = unsafe { publish_args(channel, channel_len, keys, nkeys, buf, buf_len, data, data_len) }?;
         block_on(cancel, s.store.publish_raw(channel, &keys, data))
     })
 }

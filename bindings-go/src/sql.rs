@@ -6,7 +6,7 @@ use std::time::Duration;
 use tinystore::sql::{Rows, Statement, Tx};
 use tinystore::{Database, Done};
 
-use crate::args::{OutValues, TsValue, Values, bytes, text};
+use crate::args::{OutValues, TsValue, Values, publish_args, text};
 use crate::error::{Res, TsError, call, quiet};
 use crate::store::TsStore;
 
@@ -254,9 +254,7 @@ pub unsafe extern "C" fn ts_tx_publish(
     err: *mut *mut TsError,
 ) -> i32 {
     call(err, || {
-        let channel = unsafe { text(channel, channel_len) }?;
-        let keys = unsafe { Values::new(keys, nkeys, buf, buf_len) }.keys()?;
-        let data: Box<[u8]> = unsafe { bytes(data, data_len) }.into();
+        let (channel, keys, data) = unsafe { publish_args(channel, channel_len, keys, nkeys, buf, buf_len, data, data_len) }?;
         with_tx(tx, |tx| Ok(tx.publish_raw(channel, &keys, data)?))
     })
 }

@@ -49,6 +49,31 @@ func collect[T any](t testing.TB, b *channels.Branch[T], opts ...channels.Subscr
 	return got, sub
 }
 
+// seen is what a watched subscription got: a message's number, or a miss.
+type seen struct {
+	missed *channels.Missed
+	n      int
+}
+
+// watch subscribes b, sending each message's number and each miss to the
+// channel it returns; first (if any) runs in the handler before that.
+func watch(t testing.TB, b *channels.Branch[event], first ...func(n int)) <-chan seen {
+	t.Helper()
+	got := make(chan seen, 4096)
+	sub, err := b.Subscribe(bg, func(_ context.Context, m channels.Message[event]) error {
+		for _, f := range first {
+			f(m.Value.N)
+		}
+		got <- seen{n: m.Value.N}
+		return nil
+	}, channels.OnMissed(func(m channels.Missed) { got <- seen{missed: &m} }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Stop(bg) })
+	return got
+}
+
 func TestChan01EveryMessageArrivesInPublishOrder(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
 		events := open[event](t, stores.Open(), "chat-events")
@@ -126,23 +151,12 @@ func TestChan02C1SlowSubscriberIsToldExactlyWhatItMissedThenGoesOn(t *testing.T)
 		events := open[event](t, stores.Open(), "chat-events")
 		entered := make(chan struct{})
 		release := make(chan struct{})
-		type seen struct {
-			missed *channels.Missed
-			n      int
-		}
-		got := make(chan seen, 4096)
-		sub, err := events.Under(1).Subscribe(bg, func(_ context.Context, m channels.Message[event]) error {
-			if m.Value.N == 0 {
+		got := watch(t, events.Under(1), func(n int) {
+			if n == 0 {
 				close(entered)
 				<-release // a handler that blocks
 			}
-			got <- seen{n: m.Value.N}
-			return nil
-		}, channels.OnMissed(func(m channels.Missed) { got <- seen{missed: &m} }))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sub.Stop(bg)
+		})
 		if err := events.Under(1).Publish(bg, event{N: 0}); err != nil {
 			t.Fatal(err)
 		}

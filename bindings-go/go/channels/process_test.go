@@ -14,12 +14,7 @@ import (
 	"tinystore/internal/testkit"
 )
 
-func TestMain(m *testing.M) {
-	if testkit.Helper() == "owner" {
-		os.Exit(owner())
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testkit.Main(m, map[string]func() int{"owner": owner}) }
 
 // owner owns the store in $TINYSTORE_DIR until it is killed.
 func owner() int {
@@ -47,19 +42,7 @@ func TestChan04SubscriberIsToldReconnectAfterTheOwnerRestarts(t *testing.T) {
 	}
 	defer store.Close()
 	events := open[event](t, store, "chat-events")
-	type seen struct {
-		missed *channels.Missed
-		n      int
-	}
-	got := make(chan seen, 256)
-	sub, err := events.Under(4).Subscribe(bg, func(_ context.Context, m channels.Message[event]) error {
-		got <- seen{n: m.Value.N}
-		return nil
-	}, channels.OnMissed(func(m channels.Missed) { got <- seen{missed: &m} }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Stop(bg)
+	got := watch(t, events.Under(4))
 	if err := events.Under(4).Publish(bg, event{N: 1}); err != nil {
 		t.Fatal(err)
 	}

@@ -15,12 +15,7 @@ import (
 	"tinystore/locks"
 )
 
-func TestMain(m *testing.M) {
-	if testkit.Helper() == "holder" {
-		os.Exit(holder())
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testkit.Main(m, map[string]func() int{"holder": holder}) }
 
 // holder connects to the store at $TINYSTORE_ADDR, holds key 7 of
 // "summaries" with a 1 s ttl until told its lease is lost, and says what

@@ -13,8 +13,14 @@ import (
 // helperEnv names the helper a test binary runs as, instead of its tests.
 const helperEnv = "TINYSTORE_GO_HELPER"
 
-// Helper is the helper this process was started as ("" for the tests).
-func Helper() string { return os.Getenv(helperEnv) }
+// Main runs the helper this process was started as (by StartHelper), or
+// else the tests: call it from a package's TestMain.
+func Main(m *testing.M, helpers map[string]func() int) {
+	if h, ok := helpers[os.Getenv(helperEnv)]; ok {
+		os.Exit(h())
+	}
+	os.Exit(m.Run())
+}
 
 // Child is another process of the test binary, running a helper.
 type Child struct {
