@@ -58,14 +58,18 @@ func (s *Stores) Close() {
 	s.opened = nil
 }
 
+// NewStores gives the stores of one test (or benchmark) of kind, in a
+// fresh directory; they close when it ends.
+func NewStores(t testing.TB, kind string) *Stores {
+	s := &Stores{Kind: kind, Dir: Dir(t), t: t}
+	t.Cleanup(s.Close)
+	return s
+}
+
 // Each runs f as a subtest once per kind of store, each in a fresh directory.
 func Each(t *testing.T, f func(t *testing.T, stores *Stores)) {
 	for _, kind := range Kinds {
-		t.Run(kind, func(t *testing.T) {
-			s := &Stores{Kind: kind, Dir: Dir(t), t: t}
-			t.Cleanup(s.Close)
-			f(t, s)
-		})
+		t.Run(kind, func(t *testing.T) { f(t, NewStores(t, kind)) })
 	}
 }
 
@@ -79,8 +83,7 @@ func Owned(t testing.TB) *tinystore.Store {
 // OwnedIn is Owned, and the store's directory.
 func OwnedIn(t testing.TB) (*tinystore.Store, string) {
 	t.Helper()
-	s := &Stores{Kind: "owned", Dir: Dir(t), t: t}
-	t.Cleanup(s.Close)
+	s := NewStores(t, "owned")
 	return s.Open(), s.Dir
 }
 
