@@ -1,18 +1,22 @@
-// Shared by the tests: stores in temporary directories, made owned now and
-// connected once `connect` lands (add 'connected' to MODES and its case).
+// Shared by the tests: stores in temporary directories, owned by this
+// process, or connected to an owner through its socket.
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 
 import { after } from 'node:test'
 
-import { open, type Store } from 'tinystore'
+import { connect, open, type Store } from 'tinystore'
 
-/** How a test reaches its store. */
-export type Mode = 'owned'
+/**
+ * How a test reaches its store: `owned` (this process owns it) or
+ * `connected` (through `<dir>/tinystore.sock`, served by an owner handle
+ * that closes with the connected one).
+ */
+export type Mode = 'owned' | 'connected'
 
 /** Every mode the contract tests run in. */
-export const MODES: readonly Mode[] = ['owned']
+export const MODES: readonly Mode[] = ['owned', 'connected']
 
 /** A fresh empty directory. */
 export function tempDir(): string {
@@ -24,6 +28,16 @@ export async function makeStore(mode: Mode, dir: string = tempDir()): Promise<St
   switch (mode) {
     case 'owned':
       return open(dir)
+    case 'connected': {
+      const owner = await open(dir)
+      const client = await connect(`unix:${join(dir, 'tinystore.sock')}`)
+      const close = client.close.bind(client)
+      client.close = async () => {
+        await close()
+        await owner.close()
+      }
+      return client
+    }
   }
 }
 

@@ -50,8 +50,9 @@ for (const mode of MODES) {
         ),
       )
       assert.equal(most, 3)
-      assert.throws(() => s.semaphore('exports', { limit: 4 }), ConflictError)
-      assert.throws(() => s.lock('exports'), ConflictError)
+      // Refused when the handle is made, or (over a connection) at its first use.
+      await assert.rejects(async () => s.semaphore('exports', { limit: 4 }).hold('k', () => 0), ConflictError)
+      await assert.rejects(async () => s.lock('exports').hold('k', () => 0), ConflictError)
       assert.throws(() => s.semaphore('none', { limit: 0 }), InvalidError)
     })
 
@@ -239,11 +240,15 @@ for (const mode of MODES) {
         await new Promise((resolve) => lease.signal.addEventListener('abort', resolve))
       })
       await holding.promise
-      const waiter = lock.hold('k', () => 'never')
+      const waiter = assert.rejects(
+        lock.hold('k', () => 'never'),
+        (e: unknown) => (e as { code?: string }).code === 'closed',
+      )
+      const lost = assert.rejects(held, LostError)
       await sleep(20)
       await s.close()
-      await assert.rejects(held, LostError)
-      await assert.rejects(waiter, (e: unknown) => (e as { code?: string }).code === 'closed')
+      await lost
+      await waiter
     })
   })
 }
