@@ -10,7 +10,8 @@
 //   node dist/demo/run.js [--store data] [--web 4] [--users 12] [--limit 120] [--ttl 3s]
 //
 // The faults: at a quarter of the replay the process that owns the store is
-// killed (SIGKILL), at half the reply worker; the first summary worker seen
+// killed (SIGKILL), at half the reply worker, at three quarters whichever
+// process owns the store then; the first summary worker seen
 // summarizing (unless it owns the store) is frozen (SIGSTOP) past its
 // lease's ttl, until the other worker took the key and wrote.
 import { execFile } from 'node:child_process'
@@ -101,7 +102,8 @@ async function kill(victim: Proc | undefined, why: string) {
 	const after = await sup.owner().catch(() => undefined)
 	log.push(`         ${victim.name} back after ${((Date.now() - t) / 1000).toFixed(1)} s; ${after?.name ?? '?'} owns the store`)
 	await sleep(3000)
-	log.push(`         tabs reloaded ${tabs.reduce((s, t) => s + t.reloads, 0) - reloadsBefore} times in the 3 s after`)
+	const reloads = tabs.reduce((s, t) => s + t.reloads, 0) - reloadsBefore
+	if (reloads > 0) log.push(`         open tabs reloaded ${reloads} times in the 3 s after`)
 }
 
 let froze = false
@@ -170,6 +172,7 @@ async function user(s: Source, k: number) {
 			console.log(`${secs()}  ${Math.round(p * 100)}% of the lines posted`)
 			if (p === 0.25) faults.push(kill(await sup.owner(), 'a quarter of the replay'))
 			if (p === 0.5) faults.push(kill(reply, 'half of the replay'))
+			if (p === 0.75) faults.push(kill(await sup.owner(), 'three quarters of the replay'))
 		}
 	}
 }
