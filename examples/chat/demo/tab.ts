@@ -18,17 +18,26 @@ export async function api<T>(port: number, path: string, body?: unknown): Promis
 	return (await res.json()) as T
 }
 
-/** Posts a user's message as the page does: again (same clientId) until saved, on any of `ports`. */
-export async function say(ports: number[], chatId: number, text: string, clientId: string): Promise<number> {
+/** Calls `call` on each of `ports` in turn until one answers: a web process may be away for a moment. */
+export async function onAny<T>(ports: number[], call: (port: number) => Promise<T>): Promise<T> {
 	for (let tries = 0; ; tries++) {
-		const port = ports[tries % ports.length]!
 		try {
-			return (await api<{ id: number }>(port, `/api/chats/${chatId}/messages`, { text, clientId })).id
+			return await call(ports[tries % ports.length]!)
 		} catch (err) {
 			if (tries >= 100) throw err
 			await sleep(100)
 		}
 	}
+}
+
+/** Posts a user's message as the page does: again (same clientId) until saved. */
+export function say(ports: number[], chatId: number, text: string, clientId: string): Promise<number> {
+	return onAny(ports, async port => (await api<{ id: number }>(port, `/api/chats/${chatId}/messages`, { text, clientId })).id)
+}
+
+/** Starts a chat; `source` names the corpus file it replays, if any. */
+export function newChat(ports: number[], title: string, source = ''): Promise<number> {
+	return onAny(ports, async port => (await api<{ id: number }>(port, '/api/chats', { title, source })).id)
 }
 
 export class Tab extends EventEmitter {

@@ -4,13 +4,9 @@ import assert from 'node:assert/strict'
 import { after, before, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 
-import { api, say, Tab } from '../demo/tab.js'
+import { api, newChat, say, Tab } from '../demo/tab.js'
 import type { Chat, ChatMessage } from '../web/chat.js'
 import { nextEvent, stack, type Stack } from './stack.js'
-
-async function newChat(port: number, source = 'english/greetings'): Promise<number> {
-	return (await api<{ id: number }>(port, '/api/chats', { title: 'test', source })).id
-}
 
 const messagesOf = (port: number, chatId: number) => api<ChatMessage[]>(port, `/api/chats/${chatId}/messages`)
 const sameAs = (db: ChatMessage[]) => (view: Map<number, ChatMessage>) => view.size === db.length && db.every(m => view.has(m.id))
@@ -23,7 +19,7 @@ describe('two web processes and the reply worker', () => {
 	after(() => s.close())
 
 	test('CHAN-03 STORE-01 a message posted on one web process reaches the tabs of both, then its reply', async () => {
-		const chatId = await newChat(s.ports[0]!)
+		const chatId = await newChat([s.ports[0]!], 'test', 'english/greetings')
 		const tabs = [new Tab('a', chatId, s.ports[0]!), new Tab('b', chatId, s.ports[1]!)]
 		await Promise.all(tabs.map(t => t.ready()))
 		const t = Date.now()
@@ -37,7 +33,7 @@ describe('two web processes and the reply worker', () => {
 	})
 
 	test('a message posted twice with one clientId is saved once', async () => {
-		const chatId = await newChat(s.ports[0]!)
+		const chatId = await newChat([s.ports[0]!], 'test', 'english/greetings')
 		const a = await say([s.ports[0]!], chatId, 'Hi', 'same')
 		const b = await say([s.ports[1]!], chatId, 'Hi', 'same')
 		assert.equal(a, b)
@@ -45,7 +41,7 @@ describe('two web processes and the reply worker', () => {
 	})
 
 	test('the reply worker killed answers every message saved meanwhile, once, after its restart', async () => {
-		const chatId = await newChat(s.ports[0]!)
+		const chatId = await newChat([s.ports[0]!], 'test', 'english/greetings')
 		const restarted = new Promise(ok => s.sup.once('restarted', ok))
 		s.reply!.signal('SIGKILL')
 		const ids: number[] = []
@@ -69,7 +65,7 @@ describe('the owner of the store killed during a replay', () => {
 	test('STORE-01 CHAN-04 C6 C8 no saved message is lost, the owner is replaced and the tabs reload', async () => {
 		const owner = await s.sup.owner()
 		assert.equal(owner, s.webs[0], 'the first process to open the directory owns it')
-		const chatId = await newChat(s.ports[1]!, 'english/conversations')
+		const chatId = await newChat([s.ports[1]!], 'test', 'english/conversations')
 		const onOwner = new Tab('on the owner', chatId, s.ports[0]!)
 		const onOther = new Tab('on the other', chatId, s.ports[1]!)
 		await Promise.all([onOwner.ready(), onOther.ready()])
@@ -107,7 +103,7 @@ describe('two summary workers', () => {
 	after(() => s.close())
 
 	test('FENCE-02 L9 LOCK-05 a summary worker frozen past its ttl has its late write refused', async () => {
-		const chatId = await newChat(s.ports[0]!)
+		const chatId = await newChat([s.ports[0]!], 'test', 'english/greetings')
 		const summarizing = Promise.any(s.summarizers.map(p => nextEvent(p, e => e.event === 'summarizing' && e.chat === chatId).then(e => ({ p, e }))))
 		for (let i = 0; i <= 100; i++) await say(s.ports, chatId, `line ${i} of a long chat about fences`, `f${i}`)
 		const { p: frozen, e: first } = await summarizing

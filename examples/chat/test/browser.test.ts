@@ -8,7 +8,7 @@ import { after, before, describe, test } from 'node:test'
 
 import { chromium, type BrowserContext, type Page } from 'playwright-core'
 
-import { api } from '../demo/tab.js'
+import { api, newChat } from '../demo/tab.js'
 import type { ChatMessage } from '../web/chat.js'
 import { stack, type Stack } from './stack.js'
 
@@ -40,9 +40,7 @@ describe('the chat page in a browser', () => {
 		await s.close()
 	})
 
-	async function newChat(source = 'english/greetings'): Promise<number> {
-		return (await api<{ id: number }>(s.ports[0]!, '/api/chats', { title: 'in the browser', source })).id
-	}
+	const chatOf = (source: string) => newChat(s.ports, 'in the browser', source)
 
 	/** Opens the chat in a new tab on web process `n`, once its stream is up and the chat loaded. */
 	async function tab(chatId: number, n: number, query = ''): Promise<Page> {
@@ -53,7 +51,7 @@ describe('the chat page in a browser', () => {
 	}
 
 	test('CHAN-01 CHAN-03 a message posted in one tab shows its reply in both within a second', async () => {
-		const chatId = await newChat()
+		const chatId = await chatOf('english/greetings')
 		const laptop = await tab(chatId, 0)
 		const phone = await tab(chatId, 1)
 		await laptop.fill('#send input', 'Hello')
@@ -69,7 +67,7 @@ describe('the chat page in a browser', () => {
 	})
 
 	test('CHAN-02 C1 a tab that falls behind the branch log reloads, then shows every message', async () => {
-		const chatId = await newChat('english/conversations')
+		const chatId = await chatOf('english/conversations')
 		const laptop = await tab(chatId, 0)
 		// The phone's stream takes 100 ms per event: a slow network. The
 		// subscription serving it falls behind the branch's 1,024 messages.
