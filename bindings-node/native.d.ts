@@ -80,11 +80,15 @@ export declare class NativeStore {
    * resolves once the store has the subscription.
    */
   subscribe(channel: string, branch: Array<JsKey>, recursive: boolean): Promise<NativeSubscription>
-  /** A lock handle; the engine checks the name and the durations. */
+  /**
+   * A lock handle; the engine checks the name and the durations now
+   * (over a connection, the owner checks the rest at the first hold).
+   */
   lock(name: string, ttl?: JsDuration | undefined | null, maxHold?: JsDuration | undefined | null, wait?: JsDuration | undefined | null): NativeLock
   /**
    * A semaphore handle of `limit` permits per key; the engine checks the
-   * limit (and refuses another limit for the same name).
+   * limit (and refuses another limit for the same name), over a
+   * connection at the first hold.
    */
   semaphore(name: string, limit: number, ttl?: JsDuration | undefined | null, maxHold?: JsDuration | undefined | null, wait?: JsDuration | undefined | null): NativeLock
   /** Opens `<dir>/<name>.db`, applying the numbered `.sql` files of `migrations`. */

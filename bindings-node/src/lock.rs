@@ -1,6 +1,7 @@
 //! Locks, semaphores and their leases.
 
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use napi::Env;
 use napi::bindgen_prelude::{BigInt, Either, PromiseRaw};
@@ -10,7 +11,7 @@ use tinystore::locks::{Holder, LockOptions, RawLease};
 use tokio::sync::watch;
 
 use crate::convert::{self, JsDuration, JsKey};
-use crate::errors::{IntoNapi, invalid, to_napi};
+use crate::errors::{IntoNapi, blocking, invalid, to_napi};
 use crate::ready::now_or_promise;
 
 /// A fresh holder id: one per logical holder (one `hold` call and the
@@ -29,16 +30,40 @@ fn holder(h: BigInt) -> napi::Result<Holder> {
     Ok(Holder(v))
 }
 
+/// Makes the engine's handle: checks the name (and a semaphore's limit),
+/// and over a connection declares the lock to the owner (a round trip).
+pub type MakeLock = Box<dyn Fn() -> tinystore::Result<RawLock> + Send + Sync>;
+
 /// A lock or semaphore handle with its checked options.
 #[napi]
 pub struct NativeLock {
-    raw: RawLock,
+    name: String,
+    raw: Arc<OnceLock<RawLock>>,
+    make: Arc<MakeLock>,
     opts: LockOptions,
 }
 
 impl NativeLock {
-    pub fn new(raw: RawLock, opts: LockOptions) -> NativeLock {
-        NativeLock { raw, opts }
+    /// A handle made now when `now` (the owning process: no round trip),
+    /// else at its first use, off the event loop.
+    pub fn new(name: String, opts: LockOptions, now: bool, make: MakeLock) -> napi::Result<NativeLock> {
+        let raw = Arc::new(OnceLock::new());
+        if now {
+            let _ = raw.set(make().napi()?);
+        }
+        Ok(NativeLock { name, raw, make: Arc::new(make), opts })
+    }
+
+    /// The engine's handle, made first if needed.
+    fn raw(&self) -> impl Future<Output = napi::Result<RawLock>> + Send + 'static {
+        let (raw, make) = (self.raw.clone(), self.make.clone());
+        async move {
+            if let Some(r) = raw.get() {
+                return Ok(r.clone());
+            }
+            let made = blocking(move || make()).await?;
+            Ok(raw.get_or_init(|| made).clone())
+        }
     }
 }
 
@@ -47,7 +72,7 @@ impl NativeLock {
     /// The lock's name.
     #[napi(getter)]
     pub fn name(&self) -> String {
-        self.raw.name().to_owned()
+        self.name.clone()
     }
 
     /// Takes `key` for `holder`, waiting up to `wait` (the handle's when not
@@ -68,8 +93,8 @@ impl NativeLock {
             Some(w) => tinystore::limits::check_positive("wait", w).napi()?,
             None => self.opts.wait,
         };
-        let (raw, terms) = (self.raw.clone(), self.opts.terms());
-        now_or_promise(env, async move { raw.acquire(key, holder, terms, wait).await.napi().map(NativeLease::new) })
+        let (raw, terms) = (self.raw(), self.opts.terms());
+        now_or_promise(env, async move { raw.await?.acquire(key, holder, terms, wait).await.napi().map(NativeLease::new) })
     }
 
     /// Takes `key` for `holder` if it is free now; null otherwise. Never waits.
@@ -82,8 +107,8 @@ impl NativeLock {
     ) -> napi::Result<Either<Option<NativeLease>, PromiseRaw<'env, Option<NativeLease>>>> {
         let key = convert::key(key)?;
         let holder = holder(holder_id)?;
-        let (raw, terms) = (self.raw.clone(), self.opts.terms());
-        now_or_promise(env, async move { Ok(raw.try_acquire(key, holder, terms).await.napi()?.map(NativeLease::new)) })
+        let (raw, terms) = (self.raw(), self.opts.terms());
+        now_or_promise(env, async move { Ok(raw.await?.try_acquire(key, holder, terms).await.napi()?.map(NativeLease::new)) })
     }
 }
 

@@ -5,6 +5,7 @@ use napi::Env;
 use napi_derive::napi;
 use tinystore::Store;
 use tinystore::channels::Scope;
+use tinystore::limits::check_name;
 use tinystore::locks::{Kind, LockOptions};
 
 use crate::convert::{self, JsDuration, JsKey};
@@ -92,7 +93,8 @@ impl NativeStore {
         Ok(NativeSubscription::new(sub))
     }
 
-    /// A lock handle; the engine checks the name and the durations.
+    /// A lock handle; the engine checks the name and the durations now
+    /// (over a connection, the owner checks the rest at the first hold).
     #[napi]
     pub fn lock(
         &self,
@@ -102,12 +104,14 @@ impl NativeStore {
         wait: Option<JsDuration>,
     ) -> napi::Result<NativeLock> {
         let opts = options(ttl, max_hold, wait)?;
-        let raw = self.store.lock_raw(&name, Kind::Lock).napi()?;
-        Ok(NativeLock::new(raw, opts))
+        check_name("lock", &name).napi()?;
+        let (store, n) = (self.store.clone(), name.clone());
+        NativeLock::new(name, opts, self.store.is_owner(), Box::new(move || store.lock_raw(&n, Kind::Lock)))
     }
 
     /// A semaphore handle of `limit` permits per key; the engine checks the
-    /// limit (and refuses another limit for the same name).
+    /// limit (and refuses another limit for the same name), over a
+    /// connection at the first hold.
     #[napi]
     pub fn semaphore(
         &self,
@@ -118,9 +122,17 @@ impl NativeStore {
         wait: Option<JsDuration>,
     ) -> napi::Result<NativeLock> {
         let opts = options(ttl, max_hold, wait)?;
-        self.store.semaphore(&name).limit(limit).open().napi()?;
-        let raw = self.store.lock_raw(&name, Kind::Semaphore { limit }).napi()?;
-        Ok(NativeLock::new(raw, opts))
+        check_name("semaphore", &name).napi()?;
+        let (store, n) = (self.store.clone(), name.clone());
+        NativeLock::new(
+            name,
+            opts,
+            self.store.is_owner(),
+            Box::new(move || {
+                store.semaphore(&n).limit(limit).open()?;
+                store.lock_raw(&n, Kind::Semaphore { limit })
+            }),
+        )
     }
 
     /// Opens `<dir>/<name>.db`, applying the numbered `.sql` files of `migrations`.

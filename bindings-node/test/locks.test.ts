@@ -53,7 +53,7 @@ for (const mode of MODES) {
       // Refused when the handle is made, or (over a connection) at its first use.
       await assert.rejects(async () => s.semaphore('exports', { limit: 4 }).hold('k', () => 0), ConflictError)
       await assert.rejects(async () => s.lock('exports').hold('k', () => 0), ConflictError)
-      assert.throws(() => s.semaphore('none', { limit: 0 }), InvalidError)
+      await assert.rejects(async () => s.semaphore('none', { limit: 0 }).hold('k', () => 0), InvalidError)
     })
 
     it('LOCK-02 every lease\'s fence is larger than every fence given before, within one open', async () => {

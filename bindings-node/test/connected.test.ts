@@ -1,0 +1,127 @@
+// The contracts that only a connected store has: CHAN-04 (reconnect) and
+// LOCK-05 (expiry of a lease over a connection), through a proxy that can
+// cut or stall the connection.
+import assert from 'node:assert/strict'
+import { join } from 'node:path'
+import { after, describe, it } from 'node:test'
+
+import { connect, LostError, open, type Message, type Missed, type Store } from 'tinystore'
+
+import { blockLoop, gate, sleep, tempDir, until } from './helpers'
+import { Proxy } from './proxy'
+
+interface Ev {
+  n: number
+}
+
+describe('connected through a proxy', () => {
+  const opened: Array<{ close(): Promise<void> }> = []
+  after(async () => {
+    for (const o of opened.reverse()) await o.close()
+  })
+  async function setup(): Promise<{ owner: Store; client: Store; proxy: Proxy }> {
+    const dir = tempDir()
+    const owner = await open(dir)
+    const proxy = await Proxy.start(dir, join(dir, 'tinystore.sock'))
+    const client = await connect(proxy.address)
+    opened.push(owner, proxy, client)
+    return { owner, client, proxy }
+  }
+
+  it('CHAN-04 C6 C18 after a dropped connection the subscription resumes: nothing lost, nothing twice, in order', async () => {
+    const { owner, client, proxy } = await setup()
+    const got: Message<Ev>[] = []
+    const missed: Missed[] = []
+    const sub = await client.channel<Ev>('c').under(1).subscribe((m) => void got.push(m), {
+      onMissed: (m) => void missed.push(m),
+    })
+    const pub = owner.channel<Ev>('c').under(1)
+    for (let n = 0; n < 5; n++) await pub.publish({ n })
+    await until(() => got.length === 5)
+    proxy.down()
+    for (let n = 5; n < 10; n++) await pub.publish({ n }) // during the outage
+    await sleep(100)
+    proxy.up()
+    // A probe published after the outage arrives.
+    const probe = setInterval(() => void pub.publish({ n: -1 }), 100)
+    try {
+      await until(() => got.some((m) => m.value.n === -1), 10_000, 'the probe after reconnecting')
+    } finally {
+      clearInterval(probe)
+    }
+    const seqs = got.map((m) => m.seq)
+    for (let i = 1; i < seqs.length; i++) assert.ok(seqs[i]! > seqs[i - 1]!, 'sequence strictly increasing, no duplicates')
+    const values = got.map((m) => m.value.n).filter((n) => n >= 0)
+    if (missed.length === 0) {
+      assert.deepEqual(values, [...Array(10).keys()], 'the log still held them: all five arrive, nothing said')
+    } else {
+      assert.equal(missed[0]!.reason, 'reconnect', 'never silent: told of a reconnect')
+    }
+    await sub.stop()
+  })
+
+  it('CHAN-04 messages published while the connection was down are told as a reconnect, with the exact count', async () => {
+    const { owner, client, proxy } = await setup()
+    const log: Array<Message<Ev> | Missed> = []
+    const sub = await client.channel<Ev>('c').under(2).subscribe((m) => void log.push(m), {
+      onMissed: (m) => void log.push(m),
+    })
+    const pub = owner.channel<Ev>('c').under(2)
+    await pub.publish({ n: 0 })
+    await until(() => log.length === 1)
+    proxy.down()
+    const during = 60
+    for (let n = 1; n <= during; n++) await pub.publish({ n })
+    await sleep(100)
+    proxy.up()
+    // Nobody kept the branch's messages meanwhile: the resubscription says so.
+    await until(() => log.length >= 2, 10_000, 'word of the outage')
+    const missed = log[1] as Missed
+    assert.equal(missed.reason, 'reconnect')
+    const deliveredDuring = log.filter((e) => 'value' in e && e.value.n > 0).length
+    assert.equal(missed.count! + deliveredDuring, during, 'the count is exact')
+    await pub.publish({ n: -1 })
+    await until(() => log.some((e) => 'value' in e && e.value.n === -1), 5000, 'a message after the outage')
+    await sub.stop()
+  })
+
+  it('LOCK-05 L9 a lease over a connection outlives its ttl while renewed, even with the event loop blocked', async () => {
+    const { owner } = await setup()
+    // Straight to the owner's socket: the proxy runs on this (blocked) event loop.
+    const direct = await connect(`unix:${join(owner.dir, 'tinystore.sock')}`)
+    opened.push(direct)
+    const lock = direct.lock('l', { ttl: '1s' })
+    const fence = await lock.hold('k', async (lease) => {
+      blockLoop(1500) // renewals come from the engine's threads
+      await sleep(1000)
+      assert.equal(lease.signal.aborted, false)
+      const other = await owner.lock('l').tryHold('k', () => 'stolen')
+      assert.deepEqual(other, { acquired: false }, 'nobody else got the key')
+      return lease.fence
+    })
+    assert.equal(typeof fence, 'bigint')
+  })
+
+  it('LOCK-05 L4 a lease whose renewals stop runs out: its holder is told by the signal, the key goes to the next', async () => {
+    const { owner, client, proxy } = await setup()
+    const lock = client.lock('l', { ttl: '1s' })
+    const lost = gate<bigint>()
+    const finish = gate()
+    const started = Date.now()
+    const held = lock.hold('k', async (lease) => {
+      proxy.freeze()
+      await new Promise((resolve) => lease.signal.addEventListener('abort', resolve))
+      assert.ok(lease.signal.reason instanceof LostError)
+      lost.open(lease.fence)
+      await finish.promise
+    })
+    const fenceA = await lost.promise
+    const elapsed = Date.now() - started
+    assert.ok(elapsed >= 900 && elapsed < 3000, `told within about the ttl (${elapsed} ms)`)
+    const fenceB = await owner.lock('l').hold('k', (l) => l.fence, { wait: '3s' })
+    assert.ok(fenceB > fenceA, 'the next holder has a larger fence')
+    proxy.thaw()
+    finish.open()
+    await assert.rejects(held, LostError)
+  })
+})
