@@ -267,7 +267,9 @@ async fn deliver<T: DeserializeOwned + Send + 'static>(ctl: Arc<Control<T>>) {
                 drop(h);
                 next = c.raw.try_next().or_else(|| {
                     // Stay on this thread a moment: a busy branch then costs
-                    // no hand-off per message.
+                    // no hand-off per message. Only a couple of threads may
+                    // wait so, or many subscriptions would thrash the cores.
+                    let _hot = HotWait::enter()?;
                     runtime::handle().block_on(async {
                         tokio::time::timeout(Duration::from_millis(2), c.raw.next()).await.ok().flatten()
                     })
@@ -314,6 +316,28 @@ impl<T: DeserializeOwned> Handlers<T> {
             }
             None => eprintln!("tinystore: subscription handler error: {e}"),
         }
+    }
+}
+
+/// Delivery threads waiting a moment for their subscription's next message.
+static HOT_WAITERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+struct HotWait;
+
+impl HotWait {
+    fn enter() -> Option<HotWait> {
+        if HOT_WAITERS.fetch_add(1, Ordering::AcqRel) < 2 {
+            Some(HotWait)
+        } else {
+            HOT_WAITERS.fetch_sub(1, Ordering::AcqRel);
+            None
+        }
+    }
+}
+
+impl Drop for HotWait {
+    fn drop(&mut self) {
+        HOT_WAITERS.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
