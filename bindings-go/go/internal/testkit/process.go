@@ -78,8 +78,32 @@ func (c *Child) Line(t testing.TB, prefix string, d time.Duration) string {
 	}
 }
 
+// Until gives the rest of each of the child's lines that start with
+// prefix, up to its line end, waiting up to d in all.
+func (c *Child) Until(t testing.TB, prefix, end string, d time.Duration) []string {
+	t.Helper()
+	var got []string
+	deadline := time.After(d)
+	for {
+		select {
+		case l, ok := <-c.lines:
+			if !ok {
+				t.Fatalf("the child ended before saying %q", end)
+			}
+			if l == end {
+				return got
+			}
+			if rest, found := strings.CutPrefix(l, prefix); found {
+				got = append(got, rest)
+			}
+		case <-deadline:
+			t.Fatalf("the child did not say %q within %v", end, d)
+		}
+	}
+}
+
 // Signal sends sig to the child (SIGSTOP freezes it, SIGCONT wakes it,
-// SIGKILL kills it).
+// SIGKILL kills it; a helper may wait for another, such as SIGUSR1).
 func (c *Child) Signal(t testing.TB, sig syscall.Signal) {
 	t.Helper()
 	if err := c.cmd.Process.Signal(sig); err != nil {
