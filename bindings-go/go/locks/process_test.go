@@ -15,7 +15,9 @@ import (
 	"tinystore/locks"
 )
 
-func TestMain(m *testing.M) { testkit.Main(m, map[string]func() int{"holder": holder, "lockclient": lockClient}) }
+func TestMain(m *testing.M) {
+	testkit.Main(m, map[string]func() int{"holder": holder, "lockclient": lockClient})
+}
 
 // holder connects to the store at $TINYSTORE_ADDR, holds key 7 of
 // "summaries" with a 1 s ttl until told its lease is lost, and says what
