@@ -94,7 +94,7 @@ async function kill(victim: Proc | undefined, why: string) {
 	if (!victim) return
 	const owner = await sup.owner().catch(() => undefined)
 	const restarted = new Promise<void>(ok => sup.on('restarted', p => p === victim && ok()))
-	const reloadsBefore = tabs.reduce((s, t) => s + t.reloads, 0)
+	const open = new Map(tabs.map(t => [t, t.reloads])) // the tabs open now, and their reloads so far
 	const t = Date.now()
 	log.push(`${secs()}  killed ${victim.name} (pid ${victim.pid}, SIGKILL)${owner === victim ? ', the owner of the store' : ''}: ${why}`)
 	victim.signal('SIGKILL')
@@ -102,8 +102,8 @@ async function kill(victim: Proc | undefined, why: string) {
 	const after = await sup.owner().catch(() => undefined)
 	log.push(`         ${victim.name} back after ${((Date.now() - t) / 1000).toFixed(1)} s; ${after?.name ?? '?'} owns the store`)
 	await sleep(3000)
-	const reloads = tabs.reduce((s, t) => s + t.reloads, 0) - reloadsBefore
-	if (reloads > 0) log.push(`         open tabs reloaded ${reloads} times in the 3 s after`)
+	const reloaded = [...open].filter(([t, before]) => t.reloads > before).length
+	if (reloaded > 0) log.push(`         ${reloaded} of the ${open.size} open tabs reloaded in the 3 s after`)
 }
 
 let froze = false
