@@ -54,7 +54,9 @@ impl NativeBranch {
         &self.inner.channel
     }
 
-    /// Publishes JSON bytes: `None` at once, or a `Pending`.
+    /// Publishes JSON bytes: `None` at once, or a `Pending`. `run_future`
+    /// polls at once, so the message leaves during this call and publishes
+    /// keep the caller's order over a connection too (P2).
     fn publish(&self, py: Python<'_>, data: &[u8]) -> PyResult<Py<PyAny>> {
         let b = self.inner.clone();
         let data: Box<[u8]> = data.into();
