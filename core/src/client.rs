@@ -428,13 +428,17 @@ impl Client {
     /// Makes sure the store has the lock of this kind: `conflict` for a
     /// semaphore opened with another limit (LOCK-08), checked at the handle.
     pub(crate) fn declare(&self, lock: &str, kind: Kind) -> Result<()> {
+        runtime::block_on(self.declare_async(lock, kind))
+    }
+
+    pub(crate) async fn declare_async(&self, lock: &str, kind: Kind) -> Result<()> {
         let mut r = Request::new(0, "declare");
         r.lock = Some(lock.to_owned());
         r.limit = Some(match kind {
             Kind::Lock => 0,
             Kind::Semaphore { limit } => limit,
         });
-        runtime::block_on(self.call(r)).map(|_| ())
+        self.call(r).await.map(|_| ())
     }
 
     pub(crate) fn status(&self) -> Result<serde_json::Value> {

@@ -399,6 +399,21 @@ impl Store {
         Ok(RawLock { inner, _store: self.clone() })
     }
 
+    /// As [`lock_raw`](Self::lock_raw), without blocking the calling thread:
+    /// for event loops, over a connection.
+    pub async fn lock_raw_async(&self, name: &str, kind: Kind) -> Result<RawLock> {
+        self.check_open()?;
+        check_name(if kind == Kind::Lock { "lock" } else { "semaphore" }, name)?;
+        let inner = match &self.inner.backend {
+            Backend::Owned(o) => LockInner::Local(o.locks.table(name, kind)?),
+            Backend::Connected(c) => {
+                c.declare_async(name, kind).await?;
+                LockInner::Remote { client: c.clone(), name: name.to_owned(), kind }
+            }
+        };
+        Ok(RawLock { inner, _store: self.clone() })
+    }
+
     /// The engine's table of a lock, for the server (leases keep their ttl).
     pub(crate) fn lock_table(&self, name: &str, kind: Kind) -> Result<Arc<Table>> {
         self.check_open()?;
