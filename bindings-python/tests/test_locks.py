@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import List, Optional
 
 import pytest
 
 import tinystore
-from conftest import until
+from conftest import HERE, Stores, python_env, until
+from counter import count
 
 
 async def test_lock_01_one_holder_at_a_time_among_many_tasks(store: tinystore.Store) -> None:
@@ -33,6 +36,36 @@ async def test_lock_01_one_holder_at_a_time_among_many_tasks(store: tinystore.St
     assert most == 1
     assert len(fences) == 100
     assert fences == sorted(set(fences))  # strictly increasing in grant order
+
+
+async def test_lock_01_one_holder_at_a_time_across_processes_fences_in_grant_order(
+    stores: Stores, tmp_path: Path
+) -> None:
+    store = await stores.open()
+    counter = tmp_path / "counter"
+    counter.write_text("0")
+    n, children = 25, 3
+    address = f"unix:{stores.dir / 'tinystore.sock'}"
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, str(HERE / "counter.py"), address, str(counter), str(n),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=python_env(),
+        )
+        for _ in range(children)
+    ]
+    for p in procs:
+        assert p.stdout is not None and await asyncio.wait_for(p.stdout.readline(), 20) == b"ready\n"
+    for p in procs:  # all at once
+        assert p.stdin is not None
+        p.stdin.write(b"go\n")
+    await count(store.lock("counter", ttl="5s"), str(counter), n)  # this process counts too
+    assert [await asyncio.wait_for(p.wait(), 30) for p in procs] == [0] * children
+    total = n * (children + 1)
+    assert counter.read_text() == str(total)  # no lost update: never two holders at once
+    log = sorted(tuple(map(int, line.split())) for line in (tmp_path / "counter.log").read_text().splitlines())
+    assert [c for c, _ in log] == list(range(total))
+    fences = [f for _, f in log]
+    assert fences == sorted(set(fences))  # in grant order, each larger than the one before
 
 
 async def test_lock_01_a_semaphore_gives_at_most_limit_permits(store: tinystore.Store) -> None:
