@@ -1,9 +1,6 @@
 package channels_test
 
 import (
-	"context"
-	"fmt"
-	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -14,19 +11,7 @@ import (
 	"tinystore/internal/testkit"
 )
 
-func TestMain(m *testing.M) { testkit.Main(m, map[string]func() int{"owner": owner}) }
-
-// owner owns the store in $TINYSTORE_DIR until it is killed.
-func owner() int {
-	store, err := tinystore.Open(context.Background(), os.Getenv("TINYSTORE_DIR"))
-	if err != nil {
-		fmt.Println("error", err)
-		return 1
-	}
-	defer store.Close()
-	fmt.Println("ready")
-	select {}
-}
+func TestMain(m *testing.M) { testkit.Main(m, nil) }
 
 // CHAN-04: the owner of the store dies and another takes its place; the
 // connected subscriber subscribes again by itself, is told it missed an
@@ -34,8 +19,7 @@ func owner() int {
 // gets what is published after.
 func TestChan04SubscriberIsToldReconnectAfterTheOwnerRestarts(t *testing.T) {
 	dir := testkit.Dir(t)
-	first := testkit.StartHelper(t, "owner", "TINYSTORE_DIR="+dir)
-	first.Line(t, "ready", 10*time.Second)
+	first := testkit.StartOwner(t, dir)
 	store, err := tinystore.Connect(bg, "unix:"+filepath.Join(dir, "tinystore.sock"))
 	if err != nil {
 		t.Fatal(err)
@@ -51,8 +35,7 @@ func TestChan04SubscriberIsToldReconnectAfterTheOwnerRestarts(t *testing.T) {
 	}
 
 	first.Signal(t, syscall.SIGKILL)
-	second := testkit.StartHelper(t, "owner", "TINYSTORE_DIR="+dir)
-	second.Line(t, "ready", 10*time.Second)
+	testkit.StartOwner(t, dir)
 
 	// Probes until one arrives: publishing fails or goes unheard while the
 	// client reconnects.

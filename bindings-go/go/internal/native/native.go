@@ -11,7 +11,6 @@ package native
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../../../../include
-#cgo LDFLAGS: ${SRCDIR}/../../../../target/debug/libtinystore_go.a -lm -ldl -lpthread
 #include <stdlib.h>
 #include "tinystore.h"
 */

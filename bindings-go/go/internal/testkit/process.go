@@ -2,12 +2,16 @@ package testkit
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"tinystore"
 )
 
 // helperEnv names the helper a test binary runs as, instead of its tests.
@@ -16,10 +20,43 @@ const helperEnv = "TINYSTORE_GO_HELPER"
 // Main runs the helper this process was started as (by StartHelper), or
 // else the tests: call it from a package's TestMain.
 func Main(m *testing.M, helpers map[string]func() int) {
-	if h, ok := helpers[os.Getenv(helperEnv)]; ok {
+	RunHelper(helpers)
+	os.Exit(m.Run())
+}
+
+// RunHelper runs the helper this process was started as, if any, and
+// exits with its code: one of helpers, or "owner" (Owner). A TestMain that
+// has more to do than m.Run calls it first.
+func RunHelper(helpers map[string]func() int) {
+	name := os.Getenv(helperEnv)
+	if h, ok := helpers[name]; ok {
 		os.Exit(h())
 	}
-	os.Exit(m.Run())
+	if name == "owner" {
+		os.Exit(owner())
+	}
+}
+
+// owner, the helper "owner": owns the store in $TINYSTORE_DIR, says
+// "ready", and keeps it until killed.
+func owner() int {
+	store, err := tinystore.Open(context.Background(), os.Getenv("TINYSTORE_DIR"))
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer store.Close()
+	fmt.Println("ready")
+	select {}
+}
+
+// StartOwner starts the helper "owner" on dir and waits until it owns the
+// store there.
+func StartOwner(t testing.TB, dir string) *Child {
+	t.Helper()
+	c := StartHelper(t, "owner", "TINYSTORE_DIR="+dir)
+	c.Line(t, "ready", 30*time.Second)
+	return c
 }
 
 // Child is another process of the test binary, running a helper.
