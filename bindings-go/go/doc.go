@@ -21,7 +21,9 @@
 // The module path is tinystore, in the folder bindings-go/go of the
 // tinystore repository. It links the engine's static library, which
 // `cargo build -p tinystore-go` writes to target/debug of that repository
-// (cgo and a C compiler are needed). From another module:
+// (cgo and a C compiler are needed); with the build tag tinystore_release
+// it links target/release instead (`cargo build --release -p
+// tinystore-go`). From another module:
 //
 //	require tinystore v0.0.0
 //	replace tinystore => /path/to/tinystore/bindings-go/go
