@@ -54,7 +54,15 @@ var (
 	workloads  []string
 )
 
-func record(b *testing.B, workload, row string) {
+// measure runs op(-1) unmeasured, then op(0..b.N-1) timed, and records
+// the time per operation as workload's row.
+func measure(b *testing.B, workload, row string, op func(i int)) {
+	op(-1)
+	b.ResetTimer()
+	for i := range b.N {
+		op(i)
+	}
+	b.StopTimer()
 	measuredMu.Lock()
 	defer measuredMu.Unlock()
 	if measured[workload] == nil {
@@ -170,13 +178,7 @@ func BenchmarkPublishDeliver(b *testing.B) {
 				}
 				<-got
 			}
-			publish(-1)
-			b.ResetTimer()
-			for i := range b.N {
-				publish(i)
-			}
-			b.StopTimer()
-			record(b, workload, row)
+			measure(b, workload, row, publish)
 		})
 	}
 	b.Run(redisRow, func(b *testing.B) {
@@ -193,13 +195,7 @@ func BenchmarkPublishDeliver(b *testing.B) {
 			}
 			<-got
 		}
-		publish(-1)
-		b.ResetTimer()
-		for i := range b.N {
-			publish(i)
-		}
-		b.StopTimer()
-		record(b, workload, redisRow)
+		measure(b, workload, redisRow, publish)
 	})
 }
 
@@ -219,18 +215,11 @@ func BenchmarkHoldRelease(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			hold := func() {
+			measure(b, workload, row, func(int) {
 				if err := l.Hold(ctx, 1, func(context.Context, *locks.Lease) error { return nil }); err != nil {
 					b.Fatal(err)
 				}
-			}
-			hold()
-			b.ResetTimer()
-			for range b.N {
-				hold()
-			}
-			b.StopTimer()
-			record(b, workload, row)
+			})
 		})
 	}
 	b.Run(redisRow, func(b *testing.B) {
@@ -245,12 +234,6 @@ func BenchmarkHoldRelease(b *testing.B) {
 				b.Fatalf("release: %d %v", n, err)
 			}
 		}
-		hold(-1)
-		b.ResetTimer()
-		for i := range b.N {
-			hold(i)
-		}
-		b.StopTimer()
-		record(b, workload, redisRow)
+		measure(b, workload, redisRow, hold)
 	})
 }

@@ -99,18 +99,10 @@ func StartHelper(t testing.TB, name string, env ...string) *Child {
 // and gives the rest of it.
 func (c *Child) Line(t testing.TB, prefix string, d time.Duration) string {
 	t.Helper()
-	end := time.After(d)
+	deadline := time.After(d)
 	for {
-		select {
-		case l, ok := <-c.lines:
-			if !ok {
-				t.Fatalf("the child ended before saying %q", prefix)
-			}
-			if rest, found := strings.CutPrefix(l, prefix); found {
-				return strings.TrimSpace(rest)
-			}
-		case <-end:
-			t.Fatalf("the child did not say %q within %v", prefix, d)
+		if rest, found := strings.CutPrefix(c.next(t, deadline, prefix, d), prefix); found {
+			return strings.TrimSpace(rest)
 		}
 	}
 }
@@ -122,21 +114,30 @@ func (c *Child) Until(t testing.TB, prefix, end string, d time.Duration) []strin
 	var got []string
 	deadline := time.After(d)
 	for {
-		select {
-		case l, ok := <-c.lines:
-			if !ok {
-				t.Fatalf("the child ended before saying %q", end)
-			}
-			if l == end {
-				return got
-			}
-			if rest, found := strings.CutPrefix(l, prefix); found {
-				got = append(got, rest)
-			}
-		case <-deadline:
-			t.Fatalf("the child did not say %q within %v", end, d)
+		l := c.next(t, deadline, end, d)
+		if l == end {
+			return got
+		}
+		if rest, found := strings.CutPrefix(l, prefix); found {
+			got = append(got, rest)
 		}
 	}
+}
+
+// next gives the child's next line; it fails t if the child ends, or if
+// deadline (d from the start) comes first, before saying what.
+func (c *Child) next(t testing.TB, deadline <-chan time.Time, what string, d time.Duration) string {
+	t.Helper()
+	select {
+	case l, ok := <-c.lines:
+		if !ok {
+			t.Fatalf("the child ended before saying %q", what)
+		}
+		return l
+	case <-deadline:
+		t.Fatalf("the child did not say %q within %v", what, d)
+	}
+	panic("unreachable")
 }
 
 // Signal sends sig to the child (SIGSTOP freezes it, SIGCONT wakes it,
