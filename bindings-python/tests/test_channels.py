@@ -52,8 +52,9 @@ async def test_chan_01_pipelined_publishes_keep_their_order(store: tinystore.Sto
     branch = store.channel("orders").under("pipelined")
     got: List[int] = []
     sub = await branch.subscribe(lambda m: got.append(m.value))
-    await asyncio.gather(*(branch.publish(i) for i in range(500)))  # all in flight at once
-    await until(lambda: len(got) == 500, what="500 messages")
+    sent = [branch.publish(i) for i in range(500)]  # each leaves at its call: all in flight at once
+    await until(lambda: len(got) == 500, what="500 messages, before any publish was awaited")
+    await asyncio.gather(*sent)
     assert got == list(range(500))
     await sub.stop()
 
@@ -360,6 +361,8 @@ async def test_async_for_reads_a_branch_in_order(store: tinystore.Store) -> None
             break
     assert got == list(range(5))
     await msgs.aclose()
+    # Connected, the owner drops that subscription a moment later.
+    await until(lambda: store.status()["subscriptions"] == 0, what="the first iterator's subscription to end")
 
     async def reader() -> List[Any]:
         out = []
@@ -370,7 +373,7 @@ async def test_async_for_reads_a_branch_in_order(store: tinystore.Store) -> None
         return out
 
     task = asyncio.ensure_future(reader())
-    await until(lambda: store.status()["subscriptions"] >= 1, what="the iterator to subscribe")
+    await until(lambda: store.status()["subscriptions"] == 1, what="the iterator to subscribe")
     await branch.publish("first")
     await branch.publish("last")
     assert await asyncio.wait_for(task, 5) == ["first", "last"]

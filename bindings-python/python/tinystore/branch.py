@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Generic, Optional, Tuple, TypeVar, Union
 
 from . import _aio
@@ -40,18 +41,28 @@ class Branch(Generic[T]):
         """The keys from the channel's root to this branch, as text."""
         return self._native.path
 
-    async def publish(self, value: T) -> None:
-        """Publishes ``value`` to this branch.
+    def publish(self, value: T) -> "asyncio.Future[None]":
+        """Publishes ``value`` to this branch: ``await branch.publish(value)``.
 
-        Returns once the store has the message; never waits for a
-        subscriber. Every subscription of the branch made before gets it, in
-        publish order. Raises ``LimitError`` for a message over 1 MiB of JSON
-        (nothing is published), ``TypeError`` for a value JSON cannot carry,
-        ``ClosedError`` once the store is closed.
+        The message leaves at this call, so publishes called one after
+        another keep their order even when they are awaited later, together
+        (``await asyncio.gather(*[branch.publish(v) for v in values])``);
+        the future this returns resolves once the store has the message.
+        It never waits for a subscriber. Every subscription of the branch
+        made before gets it, in publish order.
+
+        Raises at once ``LimitError`` for a message over 1 MiB of JSON
+        (nothing is published), ``TypeError`` or ``ValueError`` for a value
+        JSON cannot carry, ``ClosedError`` once the store is closed (or,
+        connected, while the connection is down: nothing is buffered
+        silently). Call it from a running event loop.
         """
         r = self._native.publish(self._codec.encode(value))
         if type(r) is _aio.Pending:
-            await _aio.wait(r)
+            return _aio.wait(r)
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
 
     async def subscribe(
         self,
