@@ -1,4 +1,4 @@
-package tinystore_test
+package bench_test
 
 // Benchmarks of the two workloads of issue 7, each run by tinystore (owned,
 // connected to an owner in this process, connected to an owner in another
