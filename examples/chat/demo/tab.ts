@@ -117,6 +117,7 @@ export class Tab extends EventEmitter {
 
 	// One load at a time; events that come meanwhile fold into one more.
 	#refresh(all: boolean) {
+		if (this.#abort.signal.aborted) return // closed
 		if (this.#running) {
 			this.#again = this.#again === null ? all : this.#again || all
 			return
