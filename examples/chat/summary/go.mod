@@ -1,6 +1,6 @@
 module tinystore-chat/summary
 
-go 1.26.0
+go 1.26
 
 require tinystore v0.0.0
 
