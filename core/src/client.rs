@@ -294,12 +294,20 @@ impl Client {
     /// Sends without waiting; gives the receiver of the answer when `answer`.
     fn send_on(&self, conn: &Arc<Conn>, r: &mut Request<'_>, answer: bool) -> Result<Option<oneshot::Receiver<Result<Box<[u8]>>>>> {
         r.id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let frame = wire::frame(&r);
+        if frame.len() - 4 > wire::MAX_FRAME_BYTES {
+            return Err(Error::limit(format!(
+                "this request is {} bytes on the wire, over the limit of {}: a message is at most 1 MiB, and its branch keys must fit in the 64 KiB beside it; shorten the keys or the message",
+                frame.len() - 4,
+                wire::MAX_FRAME_BYTES
+            )));
+        }
         let rx = answer.then(|| {
             let (tx, rx) = oneshot::channel();
             conn.pending.lock().insert(r.id, tx);
             rx
         });
-        if !conn.sink.send(&wire::frame(&r)) {
+        if !conn.sink.send(&frame) {
             conn.pending.lock().remove(&r.id);
             return Err(disconnected());
         }

@@ -386,6 +386,17 @@ impl Tx {
     /// `sql` or `busy` when the commit failed (then nothing is delivered).
     pub fn commit(mut self) -> Result<()> {
         let w = self.w.take().expect("a transaction has its writer until it ends");
+        // A closed store could not deliver what the transaction published:
+        // roll back rather than commit rows whose news would be lost (CHAN-03).
+        if !self.pending.lock().is_empty()
+            && let Err(e) = w.db.store.check_open()
+        {
+            let _ = w.conn().execute_batch("rollback");
+            return Err(Error::new(
+                ErrorKind::Closed,
+                format!("{}; the transaction was rolled back, since its messages could not be delivered", e.message()),
+            ));
+        }
         if let Err(e) = w.conn().execute_batch("commit") {
             let _ = w.conn().execute_batch("rollback");
             return Err(e.into());

@@ -508,3 +508,42 @@ fn lock_04_connected_cancelled_waiter_leaves_the_line() {
     let next = runtime::block_on(raw.try_acquire("k".into(), Holder::unique(), terms)).unwrap();
     assert!(next.is_some(), "the key is free: the cancelled waiter never got it");
 }
+
+/// WIRE-01 from the client's side: a publish whose branch keys and message
+/// together exceed a frame is refused with `limit`, and the connection goes on.
+#[test]
+fn chan_07_connected_publish_over_a_frame_is_a_limit_error_not_a_lost_connection() {
+    let (_owner, client, _d) = owner_and_client();
+    let events = client.channel::<String>("c").open().unwrap();
+    let mut deep = events.under("k".repeat(1020));
+    for _ in 0..64 {
+        deep = deep.under("k".repeat(1020));
+    }
+    let e = deep.publish(&"m".repeat((1 << 20) - 2)).unwrap_err();
+    assert_eq!(e.code(), "limit");
+    assert!(e.message().contains("shorten"), "{e}");
+    events.under(1).publish(&"still connected".to_owned()).unwrap();
+}
+
+/// CHAN-03: a transaction whose store closed before its commit rolls back
+/// with `closed` instead of committing rows whose news would be lost.
+#[test]
+fn chan_03_connected_commit_after_close_rolls_back() {
+    let (owner, client, _d) = owner_and_client();
+    let db = client.database("d").open().unwrap();
+    db.exec("create table t (v integer)").unwrap();
+    let events = client.channel::<u64>("c").open().unwrap();
+    let tx = db.begin().unwrap();
+    tx.exec(tinystore::sql!("insert into t values (?)", 1)).unwrap();
+    tx.with(&events).under(1).publish(&1).unwrap();
+    client.close();
+    let e = tx.commit().unwrap_err();
+    assert_eq!(e.code(), "closed");
+    assert!(e.message().contains("rolled back"));
+    #[derive(serde::Deserialize)]
+    struct N {
+        n: i64,
+    }
+    let n: Vec<N> = owner.database("d").open().unwrap().query("select count(*) as n from t").unwrap();
+    assert_eq!(n[0].n, 0);
+}

@@ -334,3 +334,25 @@ fn l5_killed_holder_frees_the_key_within_its_ttl() {
     lock.hold(7, |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
     assert!(t.elapsed() < Duration::from_millis(1500), "{:?}", t.elapsed());
 }
+
+/// LOCK-01 with the CLI: SIGTERM to `tinystore lock ... hold` stops its
+/// command before the lease goes, so two commands never run under one key.
+#[test]
+fn lock_01_cli_hold_stops_its_command_on_sigterm() {
+    let d = common::dir();
+    let _server = Server::start(d.path());
+    let mut cli = Command::new(env!("CARGO_BIN_EXE_tinystore"))
+        .args(["lock", d.path().to_str().unwrap(), "hold", "jobs", "9", "--", "sh", "-c", "echo $$; exec sleep 1000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(cli.stdout.take().unwrap());
+    let pid: i32 = line(&mut out).parse().unwrap();
+    signal(cli.id() as i32, libc::SIGTERM);
+    let status = cli.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+    assert!(common::eventually(2000, || unsafe { libc::kill(pid, 0) } != 0), "the command was stopped with the CLI");
+    let store = connect(d.path());
+    let lock = store.lock("jobs").wait(Duration::from_secs(3)).open().unwrap();
+    lock.hold(9, |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
+}

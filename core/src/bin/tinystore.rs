@@ -201,10 +201,11 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Channels { action: ChannelAction::Publish { target, channel, json, under } } => {
-            let value: serde_json::Value = serde_json::from_str(&json)
-                .map_err(|e| Error::new(ErrorKind::Invalid, format!("the message is not JSON ({e}): quote it, like '{{\"kind\":\"message\",\"id\":7}}'")))?;
+            // Checked, then passed on as written (no rounding, no reordering).
+            serde_json::from_str::<&serde_json::value::RawValue>(json.trim())
+                .map_err(|e| Error::new(ErrorKind::Invalid, format!("the message is not one JSON value ({e}): quote it, like '{{\"kind\":\"message\",\"id\":7}}'")))?;
             let store = reach(&target)?;
-            runtime::block_on(store.publish_raw(&channel, &branch_of(&under), serde_json::to_vec(&value)?.into_boxed_slice()))?;
+            runtime::block_on(store.publish_raw(&channel, &branch_of(&under), json.trim().as_bytes().into()))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Channels { action: ChannelAction::Subscribe { target, channel, under, recursive, json } } => {
@@ -226,7 +227,8 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                             if json {
                                 println!("{{\"branch\":{},\"seq\":{},\"value\":{data}}}", serde_json::to_string(&branch).unwrap_or_default(), m.seq);
                             } else {
-                                println!("{} #{} {data}", branch.join("/"), m.seq);
+                                let name = if branch.is_empty() { "(root)".to_owned() } else { branch.join("/") };
+                                println!("{name} #{} {data}", m.seq);
                             }
                         }
                         Some(Event::Missed(m)) => {
@@ -302,22 +304,54 @@ fn print_status(v: &serde_json::Value) {
 
 /// Runs the command under `lease`, killing it if the lease is lost.
 fn run_child(command: &[String], lease: &tinystore::Lease) -> Result<ExitCode, Error> {
-    let mut child = std::process::Command::new(&command[0])
-        .args(&command[1..])
-        .env("TINYSTORE_FENCE", lease.fence().to_string())
-        .env("TINYSTORE_FENCE_PADDED", lease.fence().padded())
-        .spawn()
-        .map_err(|e| Error::new(ErrorKind::Io, format!("could not run {:?}: {e}", command[0])))?;
+    use std::os::unix::process::CommandExt;
+    // A signal that stops this process stops the command first, so no
+    // command outlives the lease it ran under.
+    let stop = Arc::new(std::sync::atomic::AtomicI32::new(0));
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let _ = signal_hook_flag(sig, &stop);
+    }
+    let mut cmd = std::process::Command::new(&command[0]);
+    cmd.args(&command[1..]).env("TINYSTORE_FENCE", lease.fence().to_string()).env("TINYSTORE_FENCE_PADDED", lease.fence().padded());
+    // SAFETY: prctl is async-signal-safe; it asks the kernel to send the
+    // command SIGTERM if this process dies, even by SIGKILL.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|e| Error::new(ErrorKind::Io, format!("could not run {:?}: {e}", command[0])))?;
     loop {
         if let Some(status) = child.try_wait().map_err(|e| Error::new(ErrorKind::Io, e.to_string()))? {
             return Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8));
         }
+        let sig = stop.load(std::sync::atomic::Ordering::Acquire);
+        if sig != 0 {
+            unsafe { libc::kill(child.id() as i32, sig) };
+            let _ = child.wait();
+            return Ok(ExitCode::from((128 + sig) as u8));
+        }
         if lease.is_lost() {
+            // The hold ends with the lost error, which main prints.
             let _ = child.kill();
             let _ = child.wait();
-            eprintln!("tinystore: {}; the command was stopped", lease.raw().lost_error().message());
             return Ok(ExitCode::from(4));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Records `sig` in `flag` when it arrives instead of dying at once.
+fn signal_hook_flag(sig: i32, flag: &Arc<std::sync::atomic::AtomicI32>) -> std::io::Result<()> {
+    static FLAG: std::sync::OnceLock<Arc<std::sync::atomic::AtomicI32>> = std::sync::OnceLock::new();
+    let _ = FLAG.set(flag.clone());
+    extern "C" fn on_signal(sig: i32) {
+        if let Some(f) = FLAG.get() {
+            f.store(sig, std::sync::atomic::Ordering::Release);
+        }
+    }
+    // SAFETY: the handler only stores to an atomic.
+    let r = unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    if r == libc::SIG_ERR { Err(std::io::Error::last_os_error()) } else { Ok(()) }
 }
