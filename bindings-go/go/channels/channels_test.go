@@ -522,7 +522,7 @@ func TestNamesChannelNameAndKeysAreChecked(t *testing.T) {
 	})
 }
 
-func TestHandlerErrorsGoToOnErrorAndTheSubscriptionGoesOn(t *testing.T) {
+func TestHandlerErrorsAndPanicsGoToOnErrorAndTheSubscriptionGoesOn(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
 		store := stores.Open()
 		events := open[event](t, store, "chat-events")
@@ -531,6 +531,9 @@ func TestHandlerErrorsGoToOnErrorAndTheSubscriptionGoesOn(t *testing.T) {
 		sub, err := events.Subscribe(bg, func(_ context.Context, m channels.Message[event]) error {
 			if m.Value.N == 1 {
 				return fmt.Errorf("handler failed on %d", m.Value.N)
+			}
+			if m.Value.N == 3 {
+				panic("handler panicked on 3")
 			}
 			got <- m.Value.N
 			return nil
@@ -548,6 +551,9 @@ func TestHandlerErrorsGoToOnErrorAndTheSubscriptionGoesOn(t *testing.T) {
 		if err := raw.Publish(bg, "not an event"); err != nil {
 			t.Fatal(err)
 		}
+		if err := events.Publish(bg, event{N: 3}); err != nil {
+			t.Fatal(err)
+		}
 		if err := events.Publish(bg, event{N: 2}); err != nil {
 			t.Fatal(err)
 		}
@@ -556,6 +562,9 @@ func TestHandlerErrorsGoToOnErrorAndTheSubscriptionGoesOn(t *testing.T) {
 		}
 		if err := testkit.Receive(t, errs, 5*time.Second, "the decoding error"); !errors.Is(err, tinystore.ErrInvalid) {
 			t.Fatalf("OnError got %v, want ErrInvalid", err)
+		}
+		if err := testkit.Receive(t, errs, 5*time.Second, "the handler's panic"); !strings.Contains(err.Error(), "panicked on 3") {
+			t.Fatalf("OnError got %v, want the panic", err)
 		}
 		if n := testkit.Receive(t, got, 5*time.Second, "message 2"); n != 2 {
 			t.Fatalf("got %d, want 2", n)

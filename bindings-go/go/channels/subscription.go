@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log"
 	"runtime"
 	"strconv"
@@ -125,6 +126,13 @@ func run[T any](s *Subscription, ctx context.Context, handler func(context.Conte
 }
 
 func deliver[T any](ctx context.Context, ev native.Event, handler func(context.Context, Message[T]) error, o subscribeOptions) {
+	// A handler that panics is reported like one that returns an error, and
+	// the subscription goes on, as in every other language.
+	defer func() {
+		if p := recover(); p != nil {
+			o.onError(fmt.Errorf("a subscription handler panicked: %v", p))
+		}
+	}()
 	if ev.Missed {
 		if o.onMissed != nil {
 			o.onMissed(Missed{Count: ev.Count, Known: ev.Known, Reason: MissedReason(ev.Reason)})
