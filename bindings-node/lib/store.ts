@@ -15,12 +15,15 @@ export interface DatabaseOptions {
 }
 
 /**
- * Opens (creating it if needed) the store directory `dir`: this process owns
- * it, keeping channels and locks in its memory.
+ * Opens (creating it if needed) the store directory `dir`. If no live process
+ * owns it, this one does: it keeps channels and locks in its memory and
+ * serves the store to other processes on `dir/tinystore.sock`. If another
+ * process owns it, this connects to that one instead (the same API), and
+ * takes the store over if the owner goes away.
  *
  * @param dir - The store directory, like `'data'`.
- * @throws {@link OwnedError} when another process owns the directory;
- * {@link IoError}; {@link SqlError} when its `kv.db` is unreadable.
+ * @throws {@link IoError} when the directory cannot be made, locked or
+ * reached; {@link SqlError} when its `kv.db` is unreadable.
  */
 export async function open(dir: string): Promise<Store> {
   return new Store(await settle(native.NativeStore.open(dir)))

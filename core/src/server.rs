@@ -629,6 +629,6 @@ impl Tokens {
                 found = Some(*role);
             }
         }
-        found.ok_or_else(|| Error::new(ErrorKind::Auth, "a missing or wrong token: pass the token from the store's tokens file"))
+        found.ok_or_else(|| Error::new(ErrorKind::Auth, "a missing or wrong token: set TINYSTORE_TOKEN to a token from the store's tokens file (tinystore token new DIR makes one)"))
     }
 }

@@ -173,10 +173,13 @@ class Opening:
 def open(dir: Union[str, "os.PathLike[str]"]) -> Opening:
     """Opens the store in directory ``dir``, making it if needed.
 
-    This process owns the store: it keeps channels and locks in memory and
-    writes the store's epoch to ``dir/kv.db``. Raises ``OwnedError`` (an
-    ``OSError``) when another live process owns the directory, ``IoError``
-    when it cannot be made or locked. Runs off the event loop.
+    If no live process owns the directory, this one does: it keeps channels
+    and locks in memory, writes the store's epoch to ``dir/kv.db`` and serves
+    the store to other processes on ``dir/tinystore.sock``. If another process
+    owns it, this connects to that one instead (the same API), and takes the
+    store over if the owner goes away. Raises ``IoError`` when the directory
+    cannot be made, locked or reached, ``SqlError`` when its ``kv.db`` is
+    unreadable. Runs off the event loop.
     """
     path = os.fspath(dir)
     return Opening(lambda: _native.open(path))
