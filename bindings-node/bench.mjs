@@ -1,96 +1,335 @@
-// Benchmark of the Node binding: publish->deliver messages per second, and
-// hold+release operations per second (sequential; 4 tasks contending for
-// one key; 4 processes contending, connected), owned (this process owns the
-// store) and connected (another process owns it; this one connects).
-// Run: make -C bindings-node bench (measures whatever build/ holds: a debug
-// build after `make test`, a release one after `npx napi build --platform
-// --release --output-dir build --js native.js --dts native.d.ts`).
+// Benchmark of the Node binding against a Redis client, in one run (issue 6):
+// publish->deliver messages per second and hold+release operations per
+// second (sequential, and 4 processes contending for one key), tinystore
+// owned (this process owns the store) and connected (another process owns
+// it; this one connects through its Unix socket), and the same workloads
+// with node-redis (`redis` v5, a devDependency) against Debian's
+// redis-server, which this script starts on a Unix socket with persistence
+// off and stops at the end.
+//
+// Run: `make -C bindings-node bench`, which builds the release addon into
+// build-release/ (build/ keeps the debug build `make test` uses) and points
+// the loader at it with NAPI_RS_NATIVE_LIBRARY_PATH. `node bench.mjs` alone
+// measures whatever that variable or build/ holds; the first lines printed
+// name the library actually loaded. BENCH_ROUNDS (default 3) sets how many
+// rounds run; every round measures every row, the rows taking turns, and
+// the table shows each row's best round. Results: docs/performance-node.md.
 import { spawn } from 'node:child_process'
-import { mkdtempSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { execFileSync } from 'node:child_process'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { loadavg, tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
+
+import { createClient } from 'redis'
 
 import { connect, open } from './index.mjs'
 
-const entry = fileURLToPath(new URL('./index.mjs', import.meta.url))
+const self = fileURLToPath(import.meta.url)
 const fmt = (x) => Math.round(x).toLocaleString('en-US')
+const tick = () => new Promise(setImmediate)
+const now = () => process.hrtime.bigint()
+const since = (t) => Number(process.hrtime.bigint() - t) / 1e9
 
+// The compare-and-delete release of the usual Redis lock recipe.
+const RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+const LOCK_PX = 10_000
+
+// --- The workloads, each returning a rate per second. ---
+
+/**
+ * Flow control, the same for tinystore and Redis: every 256 publishes, lets
+ * the subscriber run until it is at most 512 messages behind (a tinystore
+ * branch's log holds 1,024; beyond that the subscriber would miss some).
+ */
+async function keepUp(published, delivered) {
+  do await tick()
+  while (published - delivered() > 512)
+}
+
+/** Publishes `n` messages on one branch, one after the other (each awaited), until the subscriber has them all. */
 async function publishDeliver(store, n) {
   const events = store.channel('bench')
   let got = 0
+  let missed = 0
   let done
   const all = new Promise((resolve) => (done = resolve))
-  const sub = await events.under(1).subscribe(() => {
-    if (++got === n) done()
-  })
-  const started = process.hrtime.bigint()
+  const sub = await events.under(1).subscribe(
+    () => {
+      if (++got + missed === n) done()
+    },
+    {
+      onMissed: (m) => {
+        if (typeof m.count !== 'number') throw new Error(`missed an unknown count (${m.reason})`)
+        missed += m.count
+        if (got + missed === n) done()
+      },
+    },
+  )
+  const started = now()
   for (let i = 0; i < n; i++) {
     await events.under(1).publish({ kind: 'message', id: i })
-    // Let the subscriber keep up (a branch's log holds 1,024 messages).
-    if (i % 256 === 255) await new Promise(setImmediate)
+    if (i % 256 === 255) await keepUp(i + 1, () => got)
   }
   await all
-  const secs = Number(process.hrtime.bigint() - started) / 1e9
+  const secs = since(started)
   await sub.stop()
+  if (missed) throw new Error(`the subscriber missed ${missed} of ${n} messages`)
   return n / secs
 }
 
-async function holdRelease(store, n, tasks) {
+/** The same with Redis: PUBLISH of the JSON text, decoded by the SUBSCRIBE connection's listener. */
+async function redisPublishDeliver(pub, sub, n) {
+  let got = 0
+  let done
+  const all = new Promise((resolve) => (done = resolve))
+  await sub.subscribe('bench', (text) => {
+    JSON.parse(text)
+    if (++got === n) done()
+  })
+  const started = now()
+  for (let i = 0; i < n; i++) {
+    await pub.publish('bench', JSON.stringify({ kind: 'message', id: i }))
+    if (i % 256 === 255) await keepUp(i + 1, () => got)
+  }
+  await all
+  const secs = since(started)
+  await sub.unsubscribe('bench')
+  return n / secs
+}
+
+/** `n` holds of one free key, one after the other, with an empty function. */
+async function holdRelease(store, n) {
   const lock = store.lock('bench')
-  const per = Math.floor(n / tasks)
-  const started = process.hrtime.bigint()
-  await Promise.all(
-    Array.from({ length: tasks }, async () => {
-      for (let i = 0; i < per; i++) await lock.hold(7, () => {})
+  const started = now()
+  for (let i = 0; i < n; i++) await lock.hold(7, () => {})
+  return n / since(started)
+}
+
+/** Redis: SET NX PX with a unique token, retried while another client holds the key; released by the script. */
+async function redisHolds(client, sha, n, tag) {
+  for (let i = 0; i < n; i++) {
+    const token = `${tag}:${i}`
+    while ((await client.set('lock:bench', token, { condition: 'NX', expiration: { type: 'PX', value: LOCK_PX } })) !== 'OK');
+    if ((await client.evalSha(sha, { keys: ['lock:bench'], arguments: [token] })) !== 1) throw new Error('lost the Redis lock')
+  }
+}
+
+async function redisHoldRelease(client, sha, n) {
+  const started = now()
+  await redisHolds(client, sha, n, 'seq')
+  return n / since(started)
+}
+
+// --- Child processes: an owner, and the contenders. ---
+
+/** Starts `node bench.mjs --child role args` and reads its stdout lines. */
+function child(role, args) {
+  const proc = spawn(process.execPath, [self, '--child', role, JSON.stringify(args)], { stdio: ['pipe', 'pipe', 'inherit'] })
+  const lines = createInterface({ input: proc.stdout })
+  const waiting = [] // readers of lines not yet come
+  const early = [] // lines come before anyone asked
+  lines.on('line', (line) => (waiting.length ? waiting.shift().resolve(line) : early.push(line)))
+  const exited = new Promise((resolve, reject) =>
+    proc.on('exit', (code) => {
+      for (const w of waiting.splice(0)) w.reject(new Error(`${role} exited (${code}) early`))
+      code === 0 ? resolve() : reject(new Error(`${role} exited with ${code}`))
     }),
   )
-  return (per * tasks) / (Number(process.hrtime.bigint() - started) / 1e9)
+  exited.catch(() => {})
+  const line = () =>
+    early.length ? Promise.resolve(early.shift()) : new Promise((resolve, reject) => waiting.push({ resolve, reject }))
+  return { proc, line, send: (text) => proc.stdin.write(`${text}\n`), exited }
 }
 
-/** Runs `script` (an ES module body with `connect` imported) in `count` node processes at once. */
-async function processes(count, script) {
-  const body = `import { connect } from ${JSON.stringify(entry)}\n${script}`
-  const started = process.hrtime.bigint()
-  await Promise.all(
-    Array.from({ length: count }, () => {
-      const child = spawn(process.execPath, ['--input-type=module', '-e', body], { stdio: 'inherit' })
-      return new Promise((resolve, reject) => child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`exit ${code}`)))))
-    }),
+/**
+ * `count` contender processes of `role`: each gets ready (connected, one
+ * unmeasured hold), then all start together and the clock runs until the
+ * last is done. `here`, if given, runs in this process meanwhile (one more
+ * contender). Returns ops/s over all contenders.
+ */
+async function contend(role, args, count, here) {
+  const kids = Array.from({ length: count }, () => child(role, args))
+  for (const k of kids) if ((await k.line()) !== 'ready') throw new Error(`${role} not ready`)
+  const dones = kids.map((k) => k.line())
+  const started = now()
+  for (const k of kids) k.send('go')
+  await Promise.all([...dones, here?.()])
+  const secs = since(started)
+  for (const k of kids) k.proc.stdin.end()
+  await Promise.all(kids.map((k) => k.exited))
+  return ((count + (here ? 1 : 0)) * args.per) / secs
+}
+
+async function runChild(role, args) {
+  const input = createInterface({ input: process.stdin })
+  const next = () => new Promise((resolve) => input.once('line', resolve))
+  const ended = new Promise((resolve) => input.once('close', resolve))
+  if (role === 'owner') {
+    const store = await open(args.dir)
+    console.log('ready')
+    await ended
+    await store.close()
+  } else if (role === 'tinystore') {
+    const store = await connect(args.address)
+    const lock = store.lock('bench')
+    await lock.hold(7, () => {})
+    console.log('ready')
+    await next()
+    for (let i = 0; i < args.per; i++) await lock.hold(7, () => {})
+    console.log('done')
+    await ended
+    await store.close()
+  } else if (role === 'redis') {
+    const client = createClient({ socket: { path: args.socket } })
+    await client.connect()
+    const sha = await client.scriptLoad(RELEASE)
+    await redisHolds(client, sha, 1, `warm${process.pid}`)
+    console.log('ready')
+    await next()
+    await redisHolds(client, sha, args.per, `p${process.pid}`)
+    console.log('done')
+    await ended
+    await client.quit()
+  } else {
+    throw new Error(`unknown role ${role}`)
+  }
+}
+
+// --- redis-server, started and stopped here. ---
+
+async function startRedis(dir) {
+  const socket = join(dir, 'redis.sock')
+  const server = spawn(
+    'redis-server',
+    ['--port', '0', '--unixsocket', socket, '--unixsocketperm', '700', '--save', '', '--appendonly', 'no', '--dir', dir],
+    { stdio: 'ignore' },
   )
-  return Number(process.hrtime.bigint() - started) / 1e9
+  process.on('exit', () => server.kill())
+  for (let i = 0; ; i++) {
+    const probe = createClient({ socket: { path: socket, reconnectStrategy: false } })
+    probe.on('error', () => {})
+    try {
+      await probe.connect()
+      await probe.quit()
+      break
+    } catch (e) {
+      if (i === 100 || server.exitCode !== null) throw new Error(`redis-server did not start: ${e}`)
+      await new Promise((r) => setTimeout(r, 50))
+    }
+  }
+  const stop = async () => {
+    const gone = new Promise((resolve) => server.once('exit', resolve))
+    server.kill('SIGTERM')
+    await gone
+  }
+  return { socket, stop }
 }
 
-const rows = []
-const row = (what, value, unit) => {
-  rows.push([what, value, unit])
-  console.log(`${what}: ${fmt(value)} ${unit}`)
+// --- The run. ---
+
+/** The tinystore .node file mapped into this process (release or debug). */
+function loadedAddon() {
+  return readFileSync('/proc/self/maps', 'utf8')
+    .split('\n')
+    .map((l) => l.slice(l.indexOf('/')))
+    .find((p) => /tinystore.*\.node$/.test(p))
 }
 
-// Owned.
-const dir = mkdtempSync(join(tmpdir(), 'tinystore-bench-'))
-const owner = await open(dir)
-await publishDeliver(owner, 5_000) // warm up
-row('owned publish->deliver', await publishDeliver(owner, 100_000), 'msgs/s')
-await holdRelease(owner, 2_000, 1)
-row('owned hold+release, sequential', await holdRelease(owner, 50_000, 1), 'ops/s')
-row('owned hold+release, 4 tasks contending', await holdRelease(owner, 20_000, 4), 'ops/s')
+async function main() {
+  const rounds = Number(process.env.BENCH_ROUNDS ?? 3)
+  const load = () => loadavg().map((x) => x.toFixed(2)).join(' ')
+  const redisVersion = execFileSync('redis-server', ['--version'], { encoding: 'utf8' }).trim()
+  const clientVersion = JSON.parse(readFileSync(new URL('./node_modules/redis/package.json', import.meta.url), 'utf8')).version
+  console.log(`date ${new Date().toISOString()}, node ${process.version}, ${rounds} rounds, load average ${load()}`)
+  const addon = loadedAddon()
+  console.log(`addon ${addon}${addon?.includes('/build-release/') ? ' (release)' : ' (NOT the release build of make bench)'}`)
+  console.log(`${redisVersion}; node-redis ${clientVersion}`)
 
-// Connected: this process is a client of the owner above, through its socket.
-const address = `unix:${join(dir, 'tinystore.sock')}`
-const client = await connect(address)
-await publishDeliver(client, 2_000)
-row('connected publish->deliver', await publishDeliver(client, 50_000), 'msgs/s')
-await holdRelease(client, 500, 1)
-row('connected hold+release, sequential', await holdRelease(client, 10_000, 1), 'ops/s')
-const per = 2_500
-const secs = await processes(
-  4,
-  `const s = await connect(${JSON.stringify(address)})
-   const l = s.lock('bench')
-   for (let i = 0; i < ${per}; i++) await l.hold(7, () => {})
-   await s.close()`,
-)
-row('connected hold+release, 4 processes contending', (4 * per) / secs, 'ops/s')
-await client.close()
-await owner.close()
+  const tmp = mkdtempSync(join(tmpdir(), 'tinystore-bench-'))
+  process.on('exit', () => rmSync(tmp, { recursive: true, force: true }))
+  const ownedDir = join(tmp, 'owned')
+  const otherDir = join(tmp, 'other')
+  const redis = await startRedis(tmp)
+  const owned = await open(ownedDir)
+  const ownedAddress = `unix:${join(ownedDir, 'tinystore.sock')}`
+  // Connected: the store is owned by another node process that does nothing else.
+  const owner = child('owner', { dir: otherDir })
+  if ((await owner.line()) !== 'ready') throw new Error('owner not ready')
+  const otherAddress = `unix:${join(otherDir, 'tinystore.sock')}`
+  const connected = await connect(otherAddress)
+  const pub = createClient({ socket: { path: redis.socket } })
+  await pub.connect()
+  const sub = pub.duplicate()
+  await sub.connect()
+  const sha = await pub.scriptLoad(RELEASE)
+
+  const PER = 2_000 // holds per contending process
+  const workloads = [
+    {
+      name: 'publish->deliver',
+      unit: 'msgs/s',
+      owned: () => publishDeliver(owned, 50_000),
+      connected: () => publishDeliver(connected, 20_000),
+      redis: () => redisPublishDeliver(pub, sub, 20_000),
+    },
+    {
+      name: 'hold+release, sequential',
+      unit: 'ops/s',
+      owned: () => holdRelease(owned, 50_000),
+      connected: () => holdRelease(connected, 10_000),
+      redis: () => redisHoldRelease(pub, sha, 10_000),
+    },
+    {
+      // Owned: this process (the owner, holding in-process) and 3 processes connected to it.
+      // Connected: 4 processes connected to the owner process. Redis: 4 processes, 4 clients.
+      name: 'hold+release, 4 processes contending',
+      unit: 'ops/s',
+      owned: () => contend('tinystore', { address: ownedAddress, per: PER }, 3, () => holdRelease(owned, PER)),
+      connected: () => contend('tinystore', { address: otherAddress, per: PER }, 4),
+      redis: () => contend('redis', { socket: redis.socket, per: PER }, 4),
+    },
+  ]
+  const modes = ['owned', 'connected', 'redis']
+
+  // Warm-up, unmeasured.
+  await publishDeliver(owned, 2_000)
+  await publishDeliver(connected, 2_000)
+  await redisPublishDeliver(pub, sub, 2_000)
+  await holdRelease(owned, 2_000)
+  await holdRelease(connected, 500)
+  await redisHoldRelease(pub, sha, 500)
+
+  const results = workloads.map(() => ({ owned: [], connected: [], redis: [] }))
+  for (let r = 1; r <= rounds; r++) {
+    for (const [w, workload] of workloads.entries()) {
+      for (const mode of modes) {
+        const rate = await workload[mode]()
+        results[w][mode].push(rate)
+        console.log(`round ${r}: ${workload.name}, ${mode}: ${fmt(rate)} ${workload.unit}`)
+      }
+    }
+  }
+  const endLoad = load()
+
+  await sub.quit()
+  await pub.quit()
+  await connected.close()
+  owner.proc.stdin.end()
+  await owner.exited
+  await owned.close()
+  await redis.stop()
+
+  const best = (xs) => Math.max(...xs)
+  console.log(`\nBest of ${rounds} rounds; ratio = tinystore / Redis (higher is better). Load average at the end ${endLoad}.\n`)
+  console.log('| workload | tinystore owned | tinystore connected | Redis (node-redis) | owned / Redis | connected / Redis |')
+  console.log('|---|---:|---:|---:|---:|---:|')
+  for (const [w, workload] of workloads.entries()) {
+    const [o, c, r] = modes.map((m) => best(results[w][m]))
+    console.log(`| ${workload.name} (${workload.unit}) | ${fmt(o)} | ${fmt(c)} | ${fmt(r)} | ${(o / r).toFixed(2)} | ${(c / r).toFixed(2)} |`)
+  }
+}
+
+if (process.argv[2] === '--child') await runChild(process.argv[3], JSON.parse(process.argv[4]))
+else await main()
