@@ -1,4 +1,4 @@
-import { now, sync } from './errors'
+import { InvalidError, now, sync } from './errors'
 import { currentHolder, Lease, Permit, runUnder } from './lease'
 import type { NativeLease, NativeLock, NativeStore } from './native'
 import type { Duration, Key } from './types'
@@ -118,6 +118,9 @@ export function makeLock(store: NativeStore, name: string, o: LockOptions): Lock
 
 /** @internal A semaphore handle, checked by the engine now. */
 export function makeSemaphore(store: NativeStore, name: string, o: SemaphoreOptions): Semaphore {
+  if (o === undefined || o === null || typeof o.limit !== 'number') {
+    throw new InvalidError(`a semaphore needs its limit, a whole number of permits: store.semaphore('${name}', { limit: 3 })`)
+  }
   return new Semaphore(sync(() => store.semaphore(name, o.limit, o.ttl, o.maxHold, o.wait)))
 }
 

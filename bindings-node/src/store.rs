@@ -116,11 +116,20 @@ impl NativeStore {
     pub fn semaphore(
         &self,
         name: String,
-        limit: u32,
+        limit: f64,
         ttl: Option<JsDuration>,
         max_hold: Option<JsDuration>,
         wait: Option<JsDuration>,
     ) -> napi::Result<NativeLock> {
+        // A JS number: whole and within u32, or refused (never wrapped).
+        if limit.fract() != 0.0 || !(1.0..=u32::MAX as f64).contains(&limit) {
+            return Err(tinystore::Error::new(
+                tinystore::ErrorKind::Invalid,
+                format!("a semaphore's limit is a whole number from 1 to 4294967295, like 3; got {limit}"),
+            ))
+            .napi();
+        }
+        let limit = limit as u32;
         let opts = options(ttl, max_hold, wait)?;
         check_name("semaphore", &name).napi()?;
         let (store, n) = (self.store.clone(), name.clone());

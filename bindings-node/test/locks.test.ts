@@ -54,6 +54,10 @@ for (const mode of MODES) {
       await assert.rejects(async () => s.semaphore('exports', { limit: 4 }).hold('k', () => 0), ConflictError)
       await assert.rejects(async () => s.lock('exports').hold('k', () => 0), ConflictError)
       await assert.rejects(async () => s.semaphore('none', { limit: 0 }).hold('k', () => 0), InvalidError)
+      for (const limit of [-1, 1.5, 2 ** 32 + 1]) {
+        assert.throws(() => s.semaphore('bad', { limit }), InvalidError, `limit ${limit} is refused, never wrapped`)
+      }
+      assert.throws(() => (s as unknown as { semaphore(n: string): unknown }).semaphore('bad'), InvalidError)
     })
 
     it('LOCK-02 every lease\'s fence is larger than every fence given before, within one open', async () => {

@@ -388,7 +388,7 @@ impl Store {
     /// (another kind or limit), `closed`.
     pub fn lock_raw(&self, name: &str, kind: Kind) -> Result<RawLock> {
         self.check_open()?;
-        check_name(if kind == Kind::Lock { "lock" } else { "semaphore" }, name)?;
+        check_kind(name, kind)?;
         let inner = match &self.inner.backend {
             Backend::Owned(o) => LockInner::Local(o.locks.table(name, kind)?),
             Backend::Connected(c) => {
@@ -403,7 +403,7 @@ impl Store {
     /// for event loops, over a connection.
     pub async fn lock_raw_async(&self, name: &str, kind: Kind) -> Result<RawLock> {
         self.check_open()?;
-        check_name(if kind == Kind::Lock { "lock" } else { "semaphore" }, name)?;
+        check_kind(name, kind)?;
         let inner = match &self.inner.backend {
             Backend::Owned(o) => LockInner::Local(o.locks.table(name, kind)?),
             Backend::Connected(c) => {
@@ -548,6 +548,20 @@ impl RawLock {
             LockInner::Remote { client, name, kind } => {
                 Ok(client.acquire(name, *kind, &key, holder, terms, None).await?.map(RawLease::remote))
             }
+        }
+    }
+}
+
+/// Checks a lock's or semaphore's name, and a semaphore's limit (1 or more).
+fn check_kind(name: &str, kind: Kind) -> Result<()> {
+    match kind {
+        Kind::Lock => check_name("lock", name),
+        Kind::Semaphore { limit } => {
+            check_name("semaphore", name)?;
+            if limit == 0 {
+                return Err(Error::invalid("a semaphore's limit is 1 or more, like 3"));
+            }
+            Ok(())
         }
     }
 }
