@@ -5,7 +5,6 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 use tinystore::Store;
