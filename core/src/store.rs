@@ -462,6 +462,17 @@ enum PublishState {
     Waiting(tokio::sync::oneshot::Receiver<Result<Box<[u8]>>>),
 }
 
+impl Publish {
+    /// Blocks until the store has the message (at once in the owning
+    /// process). Must not be called from inside an async task.
+    pub fn wait(self) -> Result<()> {
+        match self.0 {
+            PublishState::Done(r) => r.unwrap_or(Ok(())),
+            PublishState::Waiting(_) => runtime::block_on(self),
+        }
+    }
+}
+
 impl std::future::Future for Publish {
     type Output = Result<()>;
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<()>> {

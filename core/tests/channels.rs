@@ -212,7 +212,7 @@ fn chan_06_branches_are_separate_and_7_is_the_same_branch_as_text_7() {
     events.under("07").publish(&70).unwrap();
     events.under(7).under("x").publish(&71).unwrap();
     let one = |it: &mut tinystore::Messages<u64>| match it.next_timeout(Duration::from_millis(300)).unwrap() {
-        Some(Delivery::Message(m)) => Some((m.value, m.branch)),
+        Some(Delivery::Message(m)) => Some((m.value, m.branch.to_vec())),
         _ => None,
     };
     assert_eq!(one(&mut seven), Some((7, vec![Key::from(7)])));

@@ -78,7 +78,7 @@ impl Log {
     /// reader: the oldest messages leave instead (CHAN-02).
     pub(crate) fn publish(own: &Arc<Log>, trees: &[Arc<Log>], branch: Arc<[Key]>, data: Box<[u8]>) -> u64 {
         let size = data.len();
-        let mut done: Vec<(&Arc<Log>, Pushed)> = Vec::with_capacity(1 + trees.len());
+        let mut done: smallvec::SmallVec<[(&Arc<Log>, Pushed); 2]> = smallvec::SmallVec::new();
         let seq = {
             let mut s = own.state.lock();
             let seq = s.next;

@@ -88,8 +88,9 @@ impl<T> Clone for Branch<T> {
 pub struct Message<T> {
     /// The value that was published.
     pub value: T,
-    /// The branch it was published to, from the channel's root.
-    pub branch: Vec<Key>,
+    /// The branch it was published to, from the channel's root (shared by
+    /// every subscriber of the message, never copied).
+    pub branch: Arc<[Key]>,
     /// Its sequence in that branch: each message one more than the one before.
     pub seq: u64,
 }
@@ -132,9 +133,8 @@ impl<T: Serialize> Branch<T> {
     /// over 1 MiB of JSON (nothing is published), `invalid` for a key out of
     /// rule, `closed` for a closed store.
     pub fn publish(&self, value: &T) -> Result<()> {
-        self.check_path()?;
         let data = serde_json::to_vec(value)?.into_boxed_slice();
-        runtime::block_on(self.store.publish_raw(&self.channel, &self.path, data))
+        self.store.publish_raw(&self.channel, &self.path, data).wait()
     }
 }
 
@@ -296,7 +296,7 @@ impl<T: DeserializeOwned> Handlers<T> {
             }
             Event::Message(msg) => match serde_json::from_slice::<T>(&msg.data) {
                 Ok(value) => {
-                    let m = Message { value, branch: msg.branch.to_vec(), seq: msg.seq };
+                    let m = Message { value, branch: msg.branch.clone(), seq: msg.seq };
                     if let Err(e) = guard(|| (self.handler)(m)) {
                         self.error(e);
                     }
@@ -418,7 +418,7 @@ fn decode<T: DeserializeOwned>(ev: Event) -> Result<Delivery<T>> {
         Event::Missed(m) => Delivery::Missed(m),
         Event::Message(msg) => Delivery::Message(Message {
             value: serde_json::from_slice(&msg.data)?,
-            branch: msg.branch.to_vec(),
+            branch: msg.branch.clone(),
             seq: msg.seq,
         }),
     })
