@@ -869,8 +869,18 @@ impl RemoteLeaseHandle {
     pub(crate) fn key(&self) -> &Key {
         &self.lease.key
     }
+    /// Lost once told so, or once its deadline passed: a process that was
+    /// frozen past it knows at once on waking, before its timer runs (LOCK-04).
     pub(crate) fn is_lost(&self) -> bool {
-        self.lease.lost.load(Ordering::Acquire)
+        let l = &self.lease;
+        if l.lost.load(Ordering::Acquire) {
+            return true;
+        }
+        if !l.released.load(Ordering::Acquire) && Instant::now() >= *l.deadline.lock() {
+            l.mark_lost("no renewal reached the store within its ttl (this process was frozen, or the connection was cut or stalled)".into());
+            return true;
+        }
+        false
     }
     pub(crate) async fn lost(&self) {
         loop {
@@ -907,7 +917,7 @@ impl RemoteLeaseHandle {
     /// the connection). Errors with `lost` when the lease had been lost.
     pub(crate) fn release(&self) -> Result<()> {
         let l = &self.lease;
-        if l.lost.load(Ordering::Acquire) {
+        if self.is_lost() {
             return Err(l.lost_error());
         }
         if l.released.swap(true, Ordering::AcqRel) {
