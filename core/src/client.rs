@@ -435,10 +435,6 @@ impl Client {
 
     /// Makes sure the store has the lock of this kind: `conflict` for a
     /// semaphore opened with another limit (LOCK-08), checked at the handle.
-    pub(crate) fn declare(&self, lock: &str, kind: Kind) -> Result<()> {
-        runtime::block_on(self.declare_async(lock, kind))
-    }
-
     pub(crate) async fn declare_async(&self, lock: &str, kind: Kind) -> Result<()> {
         let mut r = Request::new(0, "declare");
         r.lock = Some(lock.to_owned());

@@ -387,16 +387,7 @@ impl Store {
     /// another limit is refused here too. Errors: `invalid`, `conflict`
     /// (another kind or limit), `closed`.
     pub fn lock_raw(&self, name: &str, kind: Kind) -> Result<RawLock> {
-        self.check_open()?;
-        check_kind(name, kind)?;
-        let inner = match &self.inner.backend {
-            Backend::Owned(o) => LockInner::Local(o.locks.table(name, kind)?),
-            Backend::Connected(c) => {
-                c.declare(name, kind)?;
-                LockInner::Remote { client: c.clone(), name: name.to_owned(), kind }
-            }
-        };
-        Ok(RawLock { inner, _store: self.clone() })
+        runtime::block_on(self.lock_raw_async(name, kind))
     }
 
     /// As [`lock_raw`](Self::lock_raw), without blocking the calling thread:
