@@ -28,7 +28,29 @@ use crate::runtime;
 use crate::wire::{self, AcquireOk, Address, FrameReader, HelloOk, Reply, Request, Sink, SubscribeOk, WireResume};
 
 type Reader = FrameReader<Box<dyn tokio::io::AsyncRead + Send + Unpin>>;
-type Pending = HashMap<u64, oneshot::Sender<Result<Box<[u8]>>>>;
+type Pending = HashMap<u64, Answer>;
+
+/// Who is waiting for the answer to a request.
+enum Answer {
+    Call(oneshot::Sender<Result<Box<[u8]>>>),
+    /// A renewal sent at this instant: handled where it is read, no task.
+    Renewal(std::sync::Weak<RemoteLease>, Instant),
+}
+
+impl Answer {
+    fn give(self, v: Result<Box<[u8]>>) {
+        match self {
+            Answer::Call(tx) => {
+                let _ = tx.send(v);
+            }
+            Answer::Renewal(l, sent) => {
+                if let Some(l) = l.upgrade() {
+                    l.renewed(sent, v);
+                }
+            }
+        }
+    }
+}
 
 struct Conn {
     sink: Arc<Sink>,
@@ -159,8 +181,8 @@ impl Client {
                     conn.sink.close();
                     *self.conn.lock() = None;
                     let pending: Vec<_> = conn.pending.lock().drain().collect();
-                    for (_, tx) in pending {
-                        let _ = tx.send(Err(disconnected()));
+                    for (_, a) in pending {
+                        a.give(Err(disconnected()));
                     }
                 }
                 Err(_) => {
@@ -198,7 +220,7 @@ impl Client {
         // Renew every lease at once: a lease the store no longer has is lost.
         let leases: Vec<_> = self.leases.lock().values().cloned().collect();
         for l in leases {
-            l.kick.notify_one();
+            l.kick();
         }
     }
 
@@ -230,13 +252,13 @@ impl Client {
             };
             let Ok(r) = serde_json::from_slice::<Reply>(frame) else { return };
             if let Some(id) = r.id {
-                let tx = conn.pending.lock().remove(&id);
-                if let Some(tx) = tx {
+                let a = conn.pending.lock().remove(&id);
+                if let Some(a) = a {
                     let v = match r.err {
                         Some(e) => Err(e.into()),
                         None => Ok(r.ok.map(|v| v.get().as_bytes()).unwrap_or(b"null").to_vec().into_boxed_slice()),
                     };
-                    let _ = tx.send(v);
+                    a.give(v);
                 }
                 continue;
             }
@@ -293,6 +315,16 @@ impl Client {
 
     /// Sends without waiting; gives the receiver of the answer when `answer`.
     fn send_on(&self, conn: &Arc<Conn>, r: &mut Request<'_>, answer: bool) -> Result<Option<oneshot::Receiver<Result<Box<[u8]>>>>> {
+        if !answer {
+            return self.send_with(conn, r, None).map(|_| None);
+        }
+        let (tx, rx) = oneshot::channel();
+        self.send_with(conn, r, Some(Answer::Call(tx)))?;
+        Ok(Some(rx))
+    }
+
+    /// Sends; `answer` is given the store's answer when it comes.
+    fn send_with(&self, conn: &Arc<Conn>, r: &mut Request<'_>, answer: Option<Answer>) -> Result<()> {
         r.id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = wire::frame(&r);
         if frame.len() - 4 > wire::MAX_FRAME_BYTES {
@@ -302,16 +334,17 @@ impl Client {
                 wire::MAX_FRAME_BYTES
             )));
         }
-        let rx = answer.then(|| {
-            let (tx, rx) = oneshot::channel();
-            conn.pending.lock().insert(r.id, tx);
-            rx
-        });
+        let awaited = answer.is_some();
+        if let Some(a) = answer {
+            conn.pending.lock().insert(r.id, a);
+        }
         if !conn.sink.send(&frame) {
-            conn.pending.lock().remove(&r.id);
+            if awaited {
+                conn.pending.lock().remove(&r.id);
+            }
             return Err(disconnected());
         }
-        Ok(rx)
+        Ok(())
     }
 
     /// Waits until connected again, up to `until`.
@@ -463,8 +496,8 @@ impl Client {
             c.alive.store(false, Ordering::Release);
             c.sink.close();
             let pending: Vec<_> = c.pending.lock().drain().collect();
-            for (_, tx) in pending {
-                let _ = tx.send(Err(Error::closed()));
+            for (_, a) in pending {
+                a.give(Err(Error::closed()));
             }
         }
         self.connected.notify_waiters();
@@ -732,8 +765,46 @@ pub(crate) struct RemoteLease {
     why: Mutex<Option<String>>,
     notify: Notify,
     on_lost: Mutex<Vec<Box<dyn FnOnce() + Send>>>,
-    kick: Notify,
-    task: Mutex<Option<tokio::task::AbortHandle>>,
+    sched: Mutex<Sched>,
+}
+
+/// When the lease's next renewal goes out, and the timer armed for it.
+struct Sched {
+    next_send: Instant,
+    timer: Option<runtime::TimerKey>,
+}
+
+impl runtime::Due for RemoteLease {
+    fn due(self: Arc<Self>, now: Instant) {
+        let mut s = self.sched.lock();
+        s.timer = None;
+        if self.lost.load(Ordering::Acquire) || self.released.load(Ordering::Acquire) {
+            return;
+        }
+        let deadline = *self.deadline.lock();
+        if now >= deadline {
+            drop(s);
+            let why = if self.max_deadline.is_some_and(|m| now >= m) {
+                "it reached its maxHold"
+            } else {
+                "no renewal reached the store within its ttl (the connection was cut or the store stalled)"
+            };
+            self.mark_lost(why.into());
+            return;
+        }
+        if now >= s.next_send {
+            s.next_send = now + self.ttl / 3;
+            if let Some(c) = self.client.upgrade()
+                && let Ok(conn) = c.current()
+            {
+                let mut r = Request::new(0, "renew");
+                r.lease = Some(self.id);
+                r.fence = self.fence;
+                let _ = c.send_with(&conn, &mut r, Some(Answer::Renewal(Arc::downgrade(&self), now)));
+            }
+        }
+        self.arm(&mut s);
+    }
 }
 
 impl RemoteLease {
@@ -753,8 +824,7 @@ impl RemoteLease {
             why: Mutex::new(None),
             notify: Notify::new(),
             on_lost: Mutex::new(Vec::new()),
-            kick: Notify::new(),
-            task: Mutex::new(None),
+            sched: Mutex::new(Sched { next_send: granted, timer: None }),
         })
     }
 
@@ -762,55 +832,42 @@ impl RemoteLease {
     /// Renewals go out on schedule whether or not the last one was answered,
     /// so one lost renewal costs a third of the ttl, never the lease (L11).
     fn start(self: &Arc<Self>) {
-        let me = Arc::downgrade(self);
-        let task = runtime::spawn(async move {
-            let mut next_send = Instant::now() + me.upgrade().map_or(Duration::ZERO, |l| l.ttl / 3);
-            loop {
-                let Some(l) = me.upgrade() else { return };
-                let deadline = *l.deadline.lock();
-                tokio::select! {
-                    _ = tokio::time::sleep_until(next_send.min(deadline).into()) => {}
-                    _ = l.kick.notified() => {}
-                }
-                let now = Instant::now();
-                let deadline = *l.deadline.lock();
-                if now >= deadline {
-                    let why = if l.max_deadline.is_some_and(|m| now >= m) {
-                        "it reached its maxHold"
-                    } else {
-                        "no renewal reached the store within its ttl (the connection was cut or the store stalled)"
-                    };
-                    l.mark_lost(why.into());
-                    return;
-                }
-                let Some(c) = l.client.upgrade() else { return };
-                let mut r = Request::new(0, "renew");
-                r.lease = Some(l.id);
-                r.fence = l.fence;
-                let sent = Instant::now();
-                next_send = sent + l.ttl / 3;
-                let answer = match c.current().and_then(|conn| c.send_on(&conn, &mut r, true)) {
-                    Ok(rx) => rx.expect("an answer is awaited"),
-                    Err(_) => continue,
-                };
-                let l2 = l.clone();
-                // The answer may come after the next renewal is due: wait for
-                // it on the side, up to the deadline.
-                runtime::spawn(async move {
-                    let left = l2.deadline.lock().saturating_duration_since(sent);
-                    match tokio::time::timeout(left, answer).await {
-                        Ok(Ok(Ok(_))) => {
-                            let mut d = l2.deadline.lock();
-                            let next = sent + l2.ttl - safety(l2.ttl);
-                            *d = l2.max_deadline.map_or(next, |m| m.min(next)).max(*d);
-                        }
-                        Ok(Ok(Err(e))) if e.kind() == ErrorKind::Lost => l2.mark_lost(e.message().to_owned()),
-                        _ => {}
-                    }
-                });
+        let first = Instant::now() + self.ttl / 3;
+        let mut s = self.sched.lock();
+        s.next_send = first;
+        self.arm(&mut s);
+    }
+
+    /// Schedules the next look: the next renewal or the deadline.
+    fn arm(self: &Arc<Self>, s: &mut Sched) {
+        if let Some(k) = s.timer.take() {
+            runtime::cancel(k);
+        }
+        if self.lost.load(Ordering::Acquire) || self.released.load(Ordering::Acquire) {
+            return;
+        }
+        let at = s.next_send.min(*self.deadline.lock());
+        s.timer = Some(runtime::schedule(at, Arc::downgrade(self) as std::sync::Weak<dyn runtime::Due>));
+    }
+
+    /// Renews at once (after a reconnect, or when asked).
+    fn kick(self: &Arc<Self>) {
+        let mut s = self.sched.lock();
+        s.next_send = Instant::now();
+        self.arm(&mut s);
+    }
+
+    /// The store's answer to a renewal sent at `sent`.
+    fn renewed(&self, sent: Instant, v: Result<Box<[u8]>>) {
+        match v {
+            Ok(_) => {
+                let mut d = self.deadline.lock();
+                let next = sent + self.ttl - safety(self.ttl);
+                *d = self.max_deadline.map_or(next, |m| m.min(next)).max(*d);
             }
-        });
-        *self.task.lock() = Some(task.abort_handle());
+            Err(e) if e.kind() == ErrorKind::Lost => self.mark_lost(e.message().to_owned()),
+            Err(_) => {}
+        }
     }
 
     fn mark_lost(&self, why: String) {
@@ -818,8 +875,8 @@ impl RemoteLease {
             return;
         }
         *self.why.lock() = Some(why);
-        if let Some(t) = self.task.lock().take() {
-            t.abort();
+        if let Some(t) = self.sched.lock().timer.take() {
+            runtime::cancel(t);
         }
         let fns = std::mem::take(&mut *self.on_lost.lock());
         for f in fns {
@@ -900,7 +957,7 @@ impl RemoteLeaseHandle {
         if self.is_lost() {
             return Err(self.lease.lost_error());
         }
-        self.lease.kick.notify_one();
+        self.lease.kick();
         Ok(())
     }
     pub(crate) fn time_left(&self) -> Option<Duration> {
@@ -919,8 +976,8 @@ impl RemoteLeaseHandle {
         if l.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        if let Some(t) = l.task.lock().take() {
-            t.abort();
+        if let Some(t) = l.sched.lock().timer.take() {
+            runtime::cancel(t);
         }
         if let Some(c) = l.client.upgrade() {
             c.leases.lock().remove(&l.id);

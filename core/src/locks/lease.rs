@@ -1,6 +1,6 @@
 //! A lease: one holder's claim on a key, with its fence and its deadlines.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::key::Key;
 use crate::limits::format_duration;
-use crate::runtime;
+use crate::runtime::{self, Due};
 
 const HELD: u8 = 0;
 const RELEASED: u8 = 1;
@@ -42,7 +42,7 @@ pub(crate) struct LeaseShared {
     lost_reason: Mutex<Option<LostReason>>,
     lost: Notify,
     on_lost: Mutex<Vec<LostFn>>,
-    timer: Mutex<Option<tokio::task::AbortHandle>>,
+    timer: Mutex<Option<runtime::TimerKey>>,
 }
 
 impl LeaseShared {
@@ -79,26 +79,13 @@ impl LeaseShared {
     /// Expires the lease at its deadline, following renewals (a monotonic
     /// clock: wall-clock jumps change nothing, L18).
     pub(super) fn start_timer(self: &Arc<Self>) {
-        let me = self.clone();
-        let handle = runtime::spawn(async move {
-            loop {
-                let Some(d) = me.deadline() else { return };
-                tokio::time::sleep_until(d.into()).await;
-                if me.state.load(Ordering::Acquire) != HELD {
-                    return;
-                }
-                let now = Instant::now();
-                if me.max_deadline().is_some_and(|m| now >= m) {
-                    me.expire(LostReason::MaxHold);
-                    return;
-                }
-                if me.renewed_until.lock().is_some_and(|r| now >= r) {
-                    me.expire(LostReason::Ttl);
-                    return;
-                }
-            }
-        });
-        *self.timer.lock() = Some(handle.abort_handle());
+        let Some(d) = self.deadline() else { return };
+        let me: Weak<dyn Due> = Arc::downgrade(self) as Weak<LeaseShared>;
+        let mut t = self.timer.lock();
+        // Held under the lock so a release racing the grant cancels it.
+        if self.state.load(Ordering::Acquire) == HELD {
+            *t = Some(runtime::schedule(d, me));
+        }
     }
 
     fn expire(self: &Arc<Self>, why: LostReason) {
@@ -114,7 +101,7 @@ impl LeaseShared {
         }
         *self.lost_reason.lock() = Some(why);
         if let Some(t) = self.timer.lock().take() {
-            t.abort();
+            runtime::cancel(t);
         }
         let fns = std::mem::take(&mut *self.on_lost.lock());
         for f in fns {
@@ -127,7 +114,7 @@ impl LeaseShared {
     pub(super) fn mark_released(&self) -> bool {
         let ok = self.state.compare_exchange(HELD, RELEASED, Ordering::AcqRel, Ordering::Acquire).is_ok();
         if ok && let Some(t) = self.timer.lock().take() {
-            t.abort();
+            runtime::cancel(t);
         }
         ok
     }
@@ -162,6 +149,23 @@ impl LeaseShared {
         Error::lost(format!(
             "{what} was lost because {why}: another holder may have the key now; check fences where you write, and keep work within the lease"
         ))
+    }
+}
+
+impl Due for LeaseShared {
+    /// At the deadline: lost unless renewed meanwhile, then looked at again
+    /// at the renewed deadline.
+    fn due(self: Arc<Self>, now: Instant) {
+        if self.state.load(Ordering::Acquire) != HELD {
+            return;
+        }
+        if self.max_deadline().is_some_and(|m| now >= m) {
+            self.expire(LostReason::MaxHold);
+        } else if self.renewed_until.lock().is_some_and(|r| now >= r) {
+            self.expire(LostReason::Ttl);
+        } else {
+            self.start_timer();
+        }
     }
 }
 

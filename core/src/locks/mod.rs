@@ -98,7 +98,35 @@ struct Waiter {
     holder: Holder,
     terms: Terms,
     tx: oneshot::Sender<Result<RawLease>>,
-    timer: Option<tokio::task::AbortHandle>,
+    timer: Option<WaitTimer>,
+}
+
+/// A waiter's `wait` running out: kept alive by its [`Waiter`].
+struct WaitTimer {
+    // What the timer calls: alive while the waiter is in line.
+    _due: Arc<WaitDue>,
+    key: runtime::TimerKey,
+}
+
+impl WaitTimer {
+    fn cancel(self) {
+        runtime::cancel(self.key);
+    }
+}
+
+struct WaitDue {
+    table: std::sync::Weak<Table>,
+    key: Key,
+    id: u64,
+    wait: Duration,
+}
+
+impl runtime::Due for WaitDue {
+    fn due(self: Arc<Self>, _now: Instant) {
+        if let Some(t) = self.table.upgrade() {
+            t.waiter_timed_out(&self.key, self.id, self.wait);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -274,14 +302,9 @@ impl Table {
             }
             let id = self.ids.fetch_add(1, Ordering::Relaxed);
             let (tx, rx) = oneshot::channel();
-            let me = self.clone();
-            let k = key.clone();
-            let timer = runtime::spawn(async move {
-                tokio::time::sleep(wait).await;
-                me.waiter_timed_out(&k, id, wait);
-            })
-            .abort_handle();
-            ks.waiters.push_back(Waiter { id, holder, terms, tx, timer: Some(timer) });
+            let due = Arc::new(WaitDue { table: Arc::downgrade(self), key: key.clone(), id, wait });
+            let timer_key = runtime::schedule(Instant::now() + wait, Arc::downgrade(&due) as std::sync::Weak<dyn runtime::Due>);
+            ks.waiters.push_back(Waiter { id, holder, terms, tx, timer: Some(WaitTimer { _due: due, key: timer_key }) });
             (rx, id)
         };
         // Leaves the queue if this future is dropped while waiting.
@@ -319,7 +342,7 @@ impl Table {
         if let Some(i) = ks.waiters.iter().position(|w| w.id == id) {
             let w = ks.waiters.remove(i).expect("waiter index is valid");
             if let Some(t) = w.timer {
-                t.abort();
+                t.cancel();
             }
         }
         // The head of the line may have left: serve the next ones.
@@ -345,7 +368,7 @@ impl Table {
         while ks.holders.len() < self.kind.limit() {
             let Some(w) = ks.waiters.pop_front() else { break };
             if let Some(t) = w.timer {
-                t.abort();
+                t.cancel();
             }
             let lease = self.grant(key, ks, w.holder, w.terms);
             if let Err(Ok(lease)) = w.tx.send(Ok(lease)) {
@@ -383,7 +406,7 @@ impl Table {
             }
             for w in ks.waiters {
                 if let Some(t) = w.timer {
-                    t.abort();
+                    t.cancel();
                 }
                 let _ = w.tx.send(Err(Error::closed()));
             }
