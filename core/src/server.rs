@@ -241,6 +241,8 @@ impl Server {
                 }
             };
             *out.last_heard.lock() = Instant::now();
+            // Answers to requests read together leave in one write.
+            out.sink.cork();
             match serde_json::from_slice::<Request>(frame) {
                 Ok(req) => {
                     let id = req.id;
@@ -254,10 +256,14 @@ impl Server {
                         Some(id) => answer_err(&out, id, &Error::invalid(format!("a request out of shape: {e}; see docs/wire.md"))),
                         None => {
                             answer_err(&out, 0, &Error::new(ErrorKind::Protocol, format!("a frame that is not a request: {e}")));
+                            out.sink.uncork();
                             break;
                         }
                     }
                 }
+            }
+            if !reader.has_frame() {
+                out.sink.uncork();
             }
         }
         out.close();

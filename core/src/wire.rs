@@ -259,6 +259,12 @@ impl<R: tokio::io::AsyncRead + Unpin> FrameReader<R> {
         &mut self.inner
     }
 
+    /// True when a whole frame is already read and waits in the buffer.
+    pub fn has_frame(&self) -> bool {
+        let avail = &self.buf[self.start..];
+        avail.len() >= 4 && avail.len() >= 4 + u32::from_be_bytes(avail[..4].try_into().expect("4 bytes")) as usize
+    }
+
     /// The next frame's JSON; `Ok(None)` at a clean end of the stream.
     /// Errors with `protocol` for a frame over [`MAX_FRAME_BYTES`] or a
     /// stream cut inside a frame.
@@ -398,12 +404,14 @@ struct SinkState {
     buf: Vec<u8>,
     flushing: bool,
     closed: bool,
+    /// Frames gather in `buf` until [`Sink::uncork`] writes them at once.
+    corked: bool,
 }
 
 impl Sink {
     pub(crate) fn new(half: WriteHalf) -> std::sync::Arc<Sink> {
         let sink = std::sync::Arc::new(Sink {
-            st: parking_lot::Mutex::new(SinkState { half: Some(half), buf: Vec::new(), flushing: false, closed: false }),
+            st: parking_lot::Mutex::new(SinkState { half: Some(half), buf: Vec::new(), flushing: false, closed: false, corked: false }),
             wake: tokio::sync::Notify::new(),
             drained: tokio::sync::Notify::new(),
             queued: std::sync::atomic::AtomicUsize::new(0),
@@ -421,7 +429,7 @@ impl Sink {
             return false;
         }
         let mut rest = frame;
-        if !s.flushing && s.buf.is_empty() {
+        if !s.flushing && s.buf.is_empty() && !s.corked {
             let half = s.half.as_ref().expect("the half is home when not flushing");
             match half.try_write(frame) {
                 Ok(n) if n == frame.len() => return true,
@@ -435,11 +443,46 @@ impl Sink {
         }
         s.buf.extend_from_slice(rest);
         self.queued.fetch_add(rest.len(), Ordering::AcqRel);
-        if !s.flushing {
+        if !s.flushing && !s.corked {
             s.flushing = true;
             self.wake.notify_one();
         }
         true
+    }
+
+    /// Holds frames back until [`Sink::uncork`]: the answers to requests read
+    /// together leave in one write instead of one each.
+    pub(crate) fn cork(&self) {
+        self.st.lock().corked = true;
+    }
+
+    /// Writes what gathered since [`Sink::cork`], from this thread when the
+    /// socket takes it all.
+    pub(crate) fn uncork(&self) {
+        use std::sync::atomic::Ordering;
+        let mut s = self.st.lock();
+        s.corked = false;
+        if s.flushing || s.buf.is_empty() || s.closed {
+            return;
+        }
+        let half = s.half.as_ref().expect("the half is home when not flushing");
+        match half.try_write(&s.buf) {
+            Ok(n) => {
+                s.buf.drain(..n);
+                self.queued.fetch_sub(n, Ordering::AcqRel);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => {
+                s.closed = true;
+                return;
+            }
+        }
+        if !s.buf.is_empty() {
+            s.flushing = true;
+            self.wake.notify_one();
+        }
+        drop(s);
+        self.drained.notify_waiters();
     }
 
     /// Bytes waiting to be written.
@@ -467,8 +510,14 @@ impl Sink {
     pub(crate) fn close(&self) {
         let mut s = self.st.lock();
         s.closed = true;
+        s.corked = false;
         if !s.flushing {
-            s.half.take();
+            if s.buf.is_empty() {
+                s.half.take();
+            } else {
+                // What a cork held back still goes out before the shutdown.
+                s.flushing = true;
+            }
         }
         drop(s);
         self.wake.notify_one();
