@@ -22,7 +22,7 @@ use crate::channels::{Event, Missed, MissedReason, RawSubscription, Resume, Scop
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::Key;
 use crate::limits::{CONNECTION_PENDING_BYTES, check_name, check_positive, check_ttl};
-use crate::locks::{Holder, Kind, RawLease, Terms};
+use crate::locks::{Holder, Kind, OnGrant, Queued, RawLease, Table, Terms};
 use crate::runtime;
 use crate::store::WeakStore;
 use crate::wire::{self, AcquireOk, Address, FrameReader, HelloOk, Reply, Request, Sink, SubscribeOk, WireError, WriteHalf, need};
@@ -84,6 +84,8 @@ struct Outbox {
     sink: Arc<Sink>,
     last_heard: Mutex<Instant>,
     closed: AtomicBool,
+    /// Holds waiting in line, by hold id: the lock, key and waiter id.
+    waits: Mutex<HashMap<u64, (Arc<Table>, Key, u64)>>,
 }
 
 impl Outbox {
@@ -219,9 +221,9 @@ impl Server {
     }
 
     async fn connection(self: Arc<Self>, (rd, wr): (Box<dyn AsyncRead + Send + Unpin>, WriteHalf), address: String, tokens: Option<Arc<Tokens>>) {
-        let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false) });
+        let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false), waits: Mutex::new(HashMap::new()) });
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let mut c = Conn { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), waits: HashMap::new() };
+        let mut c = Conn { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new() };
         let mut reader = FrameReader::new(rd);
         loop {
             if out.closed.load(Ordering::Acquire) {
@@ -270,8 +272,10 @@ impl Server {
         for (_, t) in c.subs.drain() {
             t.abort();
         }
-        for (_, t) in c.waits.drain() {
-            t.abort();
+        // A waiter whose connection died leaves the line at once.
+        let waits: Vec<_> = out.waits.lock().drain().collect();
+        for (_, (table, key, waiter)) in waits {
+            table.leave_queue(&key, waiter);
         }
         self.conns.lock().remove(&conn_id);
     }
@@ -310,8 +314,6 @@ struct Conn {
     role: Option<Role>,
     tokens: Option<Arc<Tokens>>,
     subs: HashMap<u64, tokio::task::AbortHandle>,
-    /// Holds waiting in line, by hold id.
-    waits: HashMap<u64, tokio::task::AbortHandle>,
 }
 
 impl Conn {
@@ -424,41 +426,39 @@ impl Conn {
                     answer_ok(&self.out, id, &ok);
                     return Ok(());
                 }
-                // Free now: answer at once, without a task.
-                if let Some(raw) = table.acquire_now(&key, holder, terms)? {
-                    let ok = self.server.grant(raw, &session, hold, &self.out, Duration::ZERO);
-                    answer_ok(&self.out, id, &ok);
-                    return Ok(());
-                }
-                let (server, out) = (self.server.clone(), self.out.clone());
-                let task = runtime::spawn(async move {
-                    let started = Instant::now();
-                    let waiting = table.acquire(key, holder, terms, wait);
-                    tokio::pin!(waiting);
-                    loop {
-                        tokio::select! {
-                            r = &mut waiting => {
-                                match r {
-                                    Ok(raw) => {
-                                        let ok = server.grant(raw, &session, hold, &out, started.elapsed());
-                                        answer_ok(&out, id, &ok);
-                                    }
-                                    Err(e) => answer_err(&out, id, &e),
-                                }
-                                return;
+                // Free now: answered at once. Else in line: the grant is
+                // answered from where the key is let go, with no task between.
+                let (server, out, key2, started) = (self.server.clone(), self.out.clone(), key.clone(), Instant::now());
+                let on_grant: OnGrant = Box::new(move |r| {
+                    out.waits.lock().remove(&hold);
+                    match r {
+                        Ok(raw) => {
+                            // A waiter whose client went silent for its ttl (a
+                            // frozen process) or went away is passed over (L1).
+                            if out.closed.load(Ordering::Acquire) || out.last_heard.lock().elapsed() > ttl {
+                                return Some(raw);
                             }
-                            _ = tokio::time::sleep(ttl / 3) => {
-                                // A waiter whose client went silent for its ttl
-                                // (a frozen process) leaves the line (L1).
-                                if out.closed.load(Ordering::Acquire) || out.last_heard.lock().elapsed() > ttl {
-                                    return;
-                                }
-                            }
+                            let ok = server.grant(raw, &session, hold, &out, started.elapsed());
+                            answer_ok(&out, id, &ok);
+                        }
+                        Err(e) => answer_err(&out, id, &e),
+                    }
+                    None
+                });
+                match table.acquire_or_queue(&key, holder, terms, wait, on_grant)? {
+                    Queued::Now(raw) => {
+                        let session = self.session.clone().expect("hello was said");
+                        let ok = self.server.grant(raw, &session, hold, &self.out, Duration::ZERO);
+                        answer_ok(&self.out, id, &ok);
+                    }
+                    Queued::InLine(waiter) => {
+                        self.out.waits.lock().insert(hold, (table.clone(), key2.clone(), waiter));
+                        // Served in between: its callback found nothing to remove.
+                        if !table.is_waiting(&key2, waiter) {
+                            self.out.waits.lock().remove(&hold);
                         }
                     }
-                });
-                self.waits.retain(|_, t| !t.is_finished());
-                self.waits.insert(hold, task.abort_handle());
+                }
             }
             "renew" | "release" => {
                 self.need_role(Role::Data, "hold keys")?;
@@ -489,8 +489,9 @@ impl Conn {
                 // The client gave up on a hold (a cancelled task): leave the
                 // line, or let go of what was granted meanwhile (LOCK-04).
                 let hold = need(r.hold, op, "hold")?;
-                if let Some(t) = self.waits.remove(&hold) {
-                    t.abort();
+                let waiting = self.out.waits.lock().remove(&hold);
+                if let Some((table, key, waiter)) = waiting {
+                    table.leave_queue(&key, waiter);
                 }
                 let session = self.session.clone().unwrap_or_default();
                 let granted = self.server.holds.lock().remove(&(session, hold));

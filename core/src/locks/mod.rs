@@ -97,8 +97,42 @@ struct Waiter {
     id: u64,
     holder: Holder,
     terms: Terms,
-    tx: oneshot::Sender<Result<RawLease>>,
+    tx: Granted,
     timer: Option<WaitTimer>,
+}
+
+/// Called with the lease when a waiter's turn comes (or with why not): gives
+/// the lease back when its waiter is gone, so the next one is served.
+pub(crate) type OnGrant = Box<dyn FnOnce(Result<RawLease>) -> Option<RawLease> + Send>;
+
+/// How a waiter learns its turn came.
+enum Granted {
+    /// A task awaits it.
+    Oneshot(oneshot::Sender<Result<RawLease>>),
+    /// Called at once, under the key's lock (the server answers from there,
+    /// with no task to wake in between).
+    Call(OnGrant),
+}
+
+impl Granted {
+    /// Gives the result; the lease comes back when nobody took it.
+    fn send(self, r: Result<RawLease>) -> Option<RawLease> {
+        match self {
+            Granted::Oneshot(tx) => match tx.send(r) {
+                Err(Ok(lease)) => Some(lease),
+                _ => None,
+            },
+            Granted::Call(f) => f(r),
+        }
+    }
+}
+
+/// What [`Table::acquire_or_queue`] did.
+pub(crate) enum Queued {
+    /// The key was free: here is the lease.
+    Now(RawLease),
+    /// In line with this waiter id; the callback will be called.
+    InLine(u64),
 }
 
 /// A waiter's `wait` running out: kept alive by its [`Waiter`].
@@ -292,20 +326,10 @@ impl Table {
     /// (LOCK-03). Errors: `timeout` when `wait` ran out, `conflict` when
     /// `holder` already holds or waits for the key, `closed`.
     pub(crate) async fn acquire(self: &Arc<Self>, key: Key, holder: Holder, terms: Terms, wait: Duration) -> Result<RawLease> {
-        let (rx, id) = {
-            self.check_open()?;
-            let mut keys = self.keys.lock();
-            let ks = keys.entry(key.clone()).or_default();
-            self.check_not_mine(&key, ks, holder)?;
-            if ks.holders.len() < self.kind.limit() && ks.waiters.is_empty() {
-                return Ok(self.grant(&key, ks, holder, terms));
-            }
-            let id = self.ids.fetch_add(1, Ordering::Relaxed);
-            let (tx, rx) = oneshot::channel();
-            let due = Arc::new(WaitDue { table: Arc::downgrade(self), key: key.clone(), id, wait });
-            let timer_key = runtime::schedule(Instant::now() + wait, Arc::downgrade(&due) as std::sync::Weak<dyn runtime::Due>);
-            ks.waiters.push_back(Waiter { id, holder, terms, tx, timer: Some(WaitTimer { _due: due, key: timer_key }) });
-            (rx, id)
+        let (tx, rx) = oneshot::channel();
+        let id = match self.take_or_queue(&key, holder, terms, wait, Granted::Oneshot(tx))? {
+            Queued::Now(lease) => return Ok(lease),
+            Queued::InLine(id) => id,
         };
         // Leaves the queue if this future is dropped while waiting.
         let guard = LeaveQueue { table: self, key: &key, id, armed: true };
@@ -313,6 +337,28 @@ impl Table {
         let mut guard = guard;
         guard.armed = false;
         r.unwrap_or_else(|_| Err(Error::closed()))
+    }
+
+    /// Takes `key` now if free, else puts `on_grant` in line for up to
+    /// `wait` (LOCK-03): it is called with the lease when its turn comes, or
+    /// with `timeout` or `closed`. Leave the line with [`Table::leave_queue`].
+    pub(crate) fn acquire_or_queue(self: &Arc<Self>, key: &Key, holder: Holder, terms: Terms, wait: Duration, on_grant: OnGrant) -> Result<Queued> {
+        self.take_or_queue(key, holder, terms, wait, Granted::Call(on_grant))
+    }
+
+    fn take_or_queue(self: &Arc<Self>, key: &Key, holder: Holder, terms: Terms, wait: Duration, tx: Granted) -> Result<Queued> {
+        self.check_open()?;
+        let mut keys = self.keys.lock();
+        let ks = keys.entry(key.clone()).or_default();
+        self.check_not_mine(key, ks, holder)?;
+        if ks.holders.len() < self.kind.limit() && ks.waiters.is_empty() {
+            return Ok(Queued::Now(self.grant(key, ks, holder, terms)));
+        }
+        let id = self.ids.fetch_add(1, Ordering::Relaxed);
+        let due = Arc::new(WaitDue { table: Arc::downgrade(self), key: key.clone(), id, wait });
+        let timer_key = runtime::schedule(Instant::now() + wait, Arc::downgrade(&due) as std::sync::Weak<dyn runtime::Due>);
+        ks.waiters.push_back(Waiter { id, holder, terms, tx, timer: Some(WaitTimer { _due: due, key: timer_key }) });
+        Ok(Queued::InLine(id))
     }
 
     fn waiter_timed_out(self: &Arc<Self>, key: &Key, id: u64, wait: Duration) {
@@ -336,7 +382,12 @@ impl Table {
         )));
     }
 
-    fn leave_queue(self: &Arc<Self>, key: &Key, id: u64) {
+    /// True while waiter `id` is in line for `key`.
+    pub(crate) fn is_waiting(&self, key: &Key, id: u64) -> bool {
+        self.keys.lock().get(key).is_some_and(|ks| ks.waiters.iter().any(|w| w.id == id))
+    }
+
+    pub(crate) fn leave_queue(self: &Arc<Self>, key: &Key, id: u64) {
         let mut keys = self.keys.lock();
         let Some(ks) = keys.get_mut(key) else { return };
         if let Some(i) = ks.waiters.iter().position(|w| w.id == id) {
@@ -371,7 +422,7 @@ impl Table {
                 t.cancel();
             }
             let lease = self.grant(key, ks, w.holder, w.terms);
-            if let Err(Ok(lease)) = w.tx.send(Ok(lease)) {
+            if let Some(lease) = w.tx.send(Ok(lease)) {
                 // The waiter went away between asking and now.
                 lease.shared().mark_released();
                 ks.holders.retain(|l| !Arc::ptr_eq(l, lease.shared()));
