@@ -62,6 +62,8 @@ struct Conn {
 pub(crate) struct Client {
     address: Address,
     token: Option<String>,
+    /// For `tls:` addresses: who is trusted to vouch for the owner.
+    tls: Option<crate::tls::ClientTls>,
     session: String,
     /// Set for `open(dir)`: take the store over when its owner goes away.
     takeover: Option<PathBuf>,
@@ -80,12 +82,19 @@ pub(crate) struct Client {
 
 impl Client {
     /// Connects (retrying for up to `patience`) and starts the connection's tasks.
-    pub(crate) fn connect(address: Address, token: Option<String>, takeover: Option<PathBuf>, patience: Duration) -> Result<Arc<Client>> {
+    pub(crate) fn connect(
+        address: Address,
+        token: Option<String>,
+        tls: Option<crate::tls::ClientTls>,
+        takeover: Option<PathBuf>,
+        patience: Duration,
+    ) -> Result<Arc<Client>> {
         let mut sid = [0u8; 16];
         getrandom::fill(&mut sid).map_err(|e| Error::internal(format!("no randomness for a session id: {e}")))?;
         let c = Arc::new(Client {
             address,
             token,
+            tls,
             session: sid.iter().map(|b| format!("{b:02x}")).collect(),
             takeover,
             conn: Mutex::new(None),
@@ -133,6 +142,10 @@ impl Client {
             ),
             Address::Tcp(hp) => {
                 wire::split_tcp(tokio::net::TcpStream::connect(hp).await.map_err(|e| Error::io(&format!("could not connect to tcp:{hp}"), e))?)
+            }
+            Address::Tls(hp) => {
+                let tls = self.tls.as_ref().ok_or_else(|| Error::invalid(format!("tls:{hp} needs a CA file: set TINYSTORE_CA")))?;
+                crate::tls::dial(hp, tls).await?
             }
         };
         let conn = Arc::new(Conn { sink: Sink::new(wr), pending: Mutex::new(HashMap::new()), alive: AtomicBool::new(true) });

@@ -45,6 +45,7 @@ pub mod sql;
 mod store;
 mod client;
 mod server;
+mod tls;
 pub mod wire;
 
 pub use channels::{Branch, Channel, Delivery, Message, Messages, Missed, MissedReason, Subscriber, Subscription};
@@ -53,7 +54,7 @@ pub use fence::Fence;
 pub use key::Key;
 pub use locks::{Lease, Lock, Permit, Semaphore};
 pub use sql::{Database, Done, Tx};
-pub use store::{OpenOptions, Publish, RawLock, Store, StoreStatus, unix_millis};
+pub use store::{ConnectOptions, OpenOptions, Publish, RawLock, Store, StoreStatus, unix_millis};
 
 /// The version of this crate.
 pub fn version() -> &'static str {

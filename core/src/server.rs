@@ -134,8 +134,10 @@ impl Server {
     }
 
     /// Listens on `address` until the server stops. A Unix socket gets mode
-    /// 0600 (SEC-01); TCP needs the store's tokens file.
-    pub(crate) fn listen(self: &Arc<Self>, address: &Address) -> Result<()> {
+    /// 0600 (SEC-01); TCP and TLS need the store's tokens file; TLS also a
+    /// certificate and key: `tls_files` (PEM), or `<dir>/tls/cert.pem` and
+    /// `<dir>/tls/key.pem`.
+    pub(crate) fn listen(self: &Arc<Self>, address: &Address, tls_files: Option<(&std::path::Path, &std::path::Path)>) -> Result<()> {
         match address {
             Address::Unix(path) => {
                 if path.exists() {
@@ -164,18 +166,12 @@ impl Server {
                 });
             }
             Address::Tcp(hp) => {
-                let tokens = Tokens::load(self.store.get()?.dir())?;
-                let l = {
-                    let _g = runtime::handle().enter();
-                    let std_l = std::net::TcpListener::bind(hp).map_err(|e| Error::io(&format!("could not listen on tcp:{hp}"), e))?;
-                    std_l.set_nonblocking(true).map_err(|e| Error::io("tcp listener", e))?;
-                    tokio::net::TcpListener::from_std(std_l).map_err(|e| Error::io("tcp listener", e))?
-                };
+                let tokens = Arc::new(Tokens::load(self.store.get()?.dir())?);
+                let l = bind_tcp("tcp", hp)?;
                 if !l.local_addr().map(|a| a.ip().is_loopback()).unwrap_or(false) {
-                    eprintln!("tinystore: warning: plain TCP on {hp} listens beyond loopback; tokens and messages cross the network unencrypted");
+                    eprintln!("tinystore: warning: plain TCP on {hp} listens beyond loopback; tokens and messages cross the network unencrypted (serve tls:{hp} instead)");
                 }
                 let me = self.clone();
-                let tokens = Arc::new(tokens);
                 runtime::spawn(async move {
                     loop {
                         tokio::select! {
@@ -183,6 +179,37 @@ impl Server {
                                 Ok((s, peer)) => {
                                     let me2 = me.clone();
                                     runtime::spawn(me2.connection(wire::split_tcp(s), format!("tcp:{peer}"), Some(tokens.clone())));
+                                }
+                                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                            },
+                            _ = me.stopping.notified() => return,
+                        }
+                    }
+                });
+            }
+            Address::Tls(hp) => {
+                let dir = self.store.get()?.dir().to_path_buf();
+                let tokens = Arc::new(Tokens::load(&dir)?);
+                let (cert, key) = match tls_files {
+                    Some((c, k)) => (c.to_path_buf(), k.to_path_buf()),
+                    None => crate::tls::default_files(&dir),
+                };
+                let acceptor = tokio_rustls::TlsAcceptor::from(crate::tls::server_config(&cert, &key)?);
+                let l = bind_tcp("tls", hp)?;
+                let me = self.clone();
+                runtime::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            a = l.accept() => match a {
+                                Ok((s, peer)) => {
+                                    // The handshake runs in the connection's task: a
+                                    // slow or plain client never holds up the others.
+                                    let (me2, tokens, acceptor) = (me.clone(), tokens.clone(), acceptor.clone());
+                                    runtime::spawn(async move {
+                                        if let Some(halves) = crate::tls::accept(s, &acceptor).await {
+                                            me2.connection(halves, format!("tls:{peer}"), Some(tokens)).await;
+                                        }
+                                    });
                                 }
                                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
                             },
@@ -600,7 +627,15 @@ fn encode_event(buf: &mut Vec<u8>, sub: u64, ev: Event, next: u64) {
     }
 }
 
-/// The tokens of TCP clients: `<dir>/tokens`, one `role token` a line.
+/// Binds a TCP listener for `scheme:hp` on the engine's runtime.
+fn bind_tcp(scheme: &str, hp: &str) -> Result<tokio::net::TcpListener> {
+    let _g = runtime::handle().enter();
+    let std_l = std::net::TcpListener::bind(hp).map_err(|e| Error::io(&format!("could not listen on {scheme}:{hp}"), e))?;
+    std_l.set_nonblocking(true).map_err(|e| Error::io("tcp listener", e))?;
+    tokio::net::TcpListener::from_std(std_l).map_err(|e| Error::io("tcp listener", e))
+}
+
+/// The tokens of TCP and TLS clients: `<dir>/tokens`, one `role token` a line.
 pub(crate) struct Tokens {
     list: Vec<(Role, Vec<u8>)>,
 }
@@ -611,7 +646,7 @@ impl Tokens {
         let text = std::fs::read_to_string(&path).map_err(|_| {
             Error::new(
                 ErrorKind::Auth,
-                format!("TCP needs tokens: none in {}; make one with `tinystore token new {}`", path.display(), dir.display()),
+                format!("TCP and TLS need tokens: none in {}; make one with `tinystore token new {}`", path.display(), dir.display()),
             )
         })?;
         let mut list = Vec::new();

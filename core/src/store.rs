@@ -46,6 +46,35 @@ impl OpenOptions {
     }
 }
 
+/// How to connect to a store owned by another process
+/// ([`Store::connect_with`]).
+#[derive(Debug, Clone, Default)]
+pub struct ConnectOptions {
+    token: Option<String>,
+    ca_file: Option<PathBuf>,
+}
+
+impl ConnectOptions {
+    /// Default options: the token from `TINYSTORE_TOKEN`, the CA from
+    /// `TINYSTORE_CA`, when set.
+    pub fn new() -> ConnectOptions {
+        ConnectOptions::default()
+    }
+    /// The token for `tcp:` and `tls:` addresses (a line of the owner's
+    /// `<dir>/tokens`), instead of `TINYSTORE_TOKEN`.
+    pub fn token(mut self, token: impl Into<String>) -> ConnectOptions {
+        self.token = Some(token.into());
+        self
+    }
+    /// For `tls:` addresses: a PEM file of the CA certificate(s) that signed
+    /// the store's certificate (for a self-signed one, that certificate),
+    /// instead of `TINYSTORE_CA`. Only these are trusted: no public roots.
+    pub fn ca_file(mut self, path: impl Into<PathBuf>) -> ConnectOptions {
+        self.ca_file = Some(path.into());
+        self
+    }
+}
+
 /// A store: channels, locks, semaphores and SQL databases in one directory.
 ///
 /// `Store::open(dir)` makes this process the store's owner when no live
@@ -122,7 +151,7 @@ impl Store {
             match Store::open_owned(dir, &opts) {
                 Err(e) if e.kind() == ErrorKind::Owned && !opts.exclusive => {
                     let sock = socket_path(&absolute(dir)?);
-                    match Client::connect(Address::Unix(sock), None, Some(dir.to_path_buf()), Duration::from_millis(100)) {
+                    match Client::connect(Address::Unix(sock), None, None, Some(dir.to_path_buf()), Duration::from_millis(100)) {
                         Ok(client) => return Ok(Store::connected(client)),
                         // The owner is starting, or just went away: try both again.
                         Err(c) if Instant::now() >= deadline => {
@@ -176,31 +205,74 @@ impl Store {
     }
 
     /// Connects to a store owned by another process, at `address`:
-    /// `unix:PATH` (an owner serves `unix:<dir>/tinystore.sock`) or
-    /// `tcp:HOST:PORT` with the token in `TINYSTORE_TOKEN`. The same API as
-    /// an owned store; the client reconnects by itself when the connection
-    /// drops. Errors: `invalid` (address), `io` (nobody listens), `auth`.
+    /// `unix:PATH` (an owner serves `unix:<dir>/tinystore.sock`),
+    /// `tcp:HOST:PORT` with the token in `TINYSTORE_TOKEN`, or
+    /// `tls:HOST:PORT` with the token and, in `TINYSTORE_CA`, the PEM file of
+    /// the CA that signed the store's certificate (checked for HOST). The
+    /// same API as an owned store; the client reconnects by itself when the
+    /// connection drops. Errors: `invalid` (address, or `tls:` without a CA),
+    /// `io` (nobody listens, or the CA file is unreadable), `auth` (token,
+    /// or a certificate the CA does not vouch for), `protocol` (TLS on one
+    /// side only).
     pub fn connect(address: &str) -> Result<Store> {
-        let addr = Address::parse(address)?;
-        let token = std::env::var("TINYSTORE_TOKEN").ok();
-        Ok(Store::connected(Client::connect(addr, token, None, Duration::from_millis(500))?))
+        Store::connect_with(address, ConnectOptions::default())
     }
 
-    /// Serves this store on another address as well (`tcp:HOST:PORT` needs
-    /// `<dir>/tokens`; see `tinystore token new`). Errors: `invalid` on a
-    /// connected store (only the owner serves), `io`, `auth`.
+    /// Like [`connect`](Store::connect), with a token or CA file given
+    /// instead of read from the environment.
+    pub fn connect_with(address: &str, opts: ConnectOptions) -> Result<Store> {
+        let addr = Address::parse(address)?;
+        let token = opts.token.or_else(|| std::env::var("TINYSTORE_TOKEN").ok());
+        let tls = match &addr {
+            Address::Tls(_) => {
+                let ca = opts.ca_file.or_else(|| std::env::var_os("TINYSTORE_CA").filter(|v| !v.is_empty()).map(PathBuf::from));
+                Some(crate::tls::ClientTls::load(address, ca)?)
+            }
+            _ => None,
+        };
+        Ok(Store::connected(Client::connect(addr, token, tls, None, Duration::from_millis(500))?))
+    }
+
+    /// Serves this store on another address as well. `tcp:HOST:PORT` needs
+    /// `<dir>/tokens` (see `tinystore token new`); `tls:HOST:PORT` needs the
+    /// tokens and a certificate and its key in PEM at `<dir>/tls/cert.pem`
+    /// and `<dir>/tls/key.pem` ([`serve_tls`](Store::serve_tls) takes other
+    /// files). Errors: `invalid` on a connected store (only the owner
+    /// serves) or a bad certificate or key, `io`, `auth` (no tokens).
     pub fn serve(&self, address: &str) -> Result<()> {
         self.serve_with(&Address::parse(address)?, None)
+    }
+
+    /// Serves `tls:HOST:PORT` with the certificate chain in `cert` (PEM,
+    /// the store's certificate first) and its private key in `key` (PEM:
+    /// PKCS#8, PKCS#1 or SEC1). Clients need a token from `<dir>/tokens` and
+    /// the CA that signed `cert`. Errors as [`serve`](Store::serve), and
+    /// `invalid` for an address that is not `tls:`.
+    pub fn serve_tls(&self, address: &str, cert: impl AsRef<Path>, key: impl AsRef<Path>) -> Result<()> {
+        self.serve_tls_with(&Address::parse(address)?, cert.as_ref(), key.as_ref(), None)
     }
 
     /// Serves `address`; `shutdown` is notified when a client asks the owner to stop.
     #[doc(hidden)]
     pub fn serve_with(&self, address: &Address, shutdown: Option<Arc<tokio::sync::Notify>>) -> Result<()> {
+        self.listen_on(address, None, shutdown)
+    }
+
+    /// [`serve_tls`](Store::serve_tls) for `tinystore serve`.
+    #[doc(hidden)]
+    pub fn serve_tls_with(&self, address: &Address, cert: &Path, key: &Path, shutdown: Option<Arc<tokio::sync::Notify>>) -> Result<()> {
+        if !matches!(address, Address::Tls(_)) {
+            return Err(Error::invalid(format!("a certificate and key are for tls:HOST:PORT addresses, not {address}")));
+        }
+        self.listen_on(address, Some((cert, key)), shutdown)
+    }
+
+    fn listen_on(&self, address: &Address, tls_files: Option<(&Path, &Path)>, shutdown: Option<Arc<tokio::sync::Notify>>) -> Result<()> {
         let Backend::Owned(o) = &self.inner.backend else {
             return Err(Error::invalid("only the process that owns the store serves it; this one is connected"));
         };
         let server = Server::new(self.clone_weakly(), shutdown);
-        server.listen(address)?;
+        server.listen(address, tls_files)?;
         o.servers.lock().push(server);
         Ok(())
     }

@@ -304,29 +304,38 @@ impl<R: tokio::io::AsyncRead + Unpin> FrameReader<R> {
     }
 }
 
-/// Parses an address: `unix:PATH` or `tcp:HOST:PORT`.
+/// Parses an address: `unix:PATH`, `tcp:HOST:PORT` or `tls:HOST:PORT`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Address {
     /// A Unix socket at this path.
     Unix(std::path::PathBuf),
-    /// A TCP host and port.
+    /// A TCP host and port, plain: for loopback or a trusted network.
     Tcp(String),
+    /// A TCP host and port speaking TLS: the owner needs a certificate and
+    /// key, a client the CA that signed that certificate (see docs/wire.md).
+    Tls(String),
 }
 
 impl Address {
-    /// Parses `unix:PATH` or `tcp:HOST:PORT`; errors with `invalid` and examples.
+    /// Parses `unix:PATH`, `tcp:HOST:PORT` or `tls:HOST:PORT`; errors with
+    /// `invalid` and examples.
     pub fn parse(s: &str) -> Result<Address> {
+        let host_port = |hp: &str| hp.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
         if let Some(p) = s.strip_prefix("unix:") {
             if !p.is_empty() {
                 return Ok(Address::Unix(p.into()));
             }
         } else if let Some(hp) = s.strip_prefix("tcp:")
-            && hp.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+            && host_port(hp)
         {
             return Ok(Address::Tcp(hp.to_owned()));
+        } else if let Some(hp) = s.strip_prefix("tls:")
+            && host_port(hp)
+        {
+            return Ok(Address::Tls(hp.to_owned()));
         }
         Err(Error::invalid(format!(
-            "address {s:?} is not understood: write unix:PATH (like unix:data/tinystore.sock) or tcp:HOST:PORT (like tcp:127.0.0.1:7070)"
+            "address {s:?} is not understood: write unix:PATH (like unix:data/tinystore.sock), tcp:HOST:PORT (like tcp:127.0.0.1:7070) or tls:HOST:PORT (like tls:db.example.com:7443)"
         )))
     }
 }
@@ -336,6 +345,7 @@ impl std::fmt::Display for Address {
         match self {
             Address::Unix(p) => write!(f, "unix:{}", p.display()),
             Address::Tcp(hp) => write!(f, "tcp:{hp}"),
+            Address::Tls(hp) => write!(f, "tls:{hp}"),
         }
     }
 }
@@ -344,6 +354,8 @@ impl std::fmt::Display for Address {
 pub(crate) enum WriteHalf {
     Unix(tokio::net::unix::OwnedWriteHalf),
     Tcp(tokio::net::tcp::OwnedWriteHalf),
+    /// Through a writer task: a TLS stream needs an await to write.
+    Tls(crate::tls::TlsHalf),
 }
 
 impl WriteHalf {
@@ -351,6 +363,7 @@ impl WriteHalf {
         match self {
             WriteHalf::Unix(h) => h.try_write(b),
             WriteHalf::Tcp(h) => h.try_write(b),
+            WriteHalf::Tls(h) => h.try_write(b),
         }
     }
 
@@ -358,6 +371,7 @@ impl WriteHalf {
         match self {
             WriteHalf::Unix(h) => h.as_ref().writable().await,
             WriteHalf::Tcp(h) => h.as_ref().writable().await,
+            WriteHalf::Tls(h) => h.writable().await,
         }
     }
 

@@ -24,18 +24,25 @@ enum Command {
     Serve {
         /// The store directory (made if missing).
         dir: String,
-        /// Also listen here: tcp:HOST:PORT (needs `tinystore token new`).
+        /// Also listen here: tcp:HOST:PORT or tls:HOST:PORT (both need
+        /// `tinystore token new`; tls also a certificate and key).
         #[arg(long)]
         listen: Vec<String>,
+        /// For tls: listens, the certificate chain (PEM) [default: <dir>/tls/cert.pem].
+        #[arg(long, requires = "key")]
+        cert: Option<String>,
+        /// For tls: listens, the certificate's private key (PEM) [default: <dir>/tls/key.pem].
+        #[arg(long, requires = "cert")]
+        key: Option<String>,
     },
     /// Asks the process serving a store to stop.
     Stop {
-        /// The store directory, or an address (unix:PATH, tcp:HOST:PORT).
+        /// The store directory, or an address (unix:PATH, tcp:HOST:PORT, tls:HOST:PORT).
         target: String,
     },
     /// What a store holds: its owner, connections, subscribers, held keys.
     Status {
-        /// The store directory, or an address (unix:PATH, tcp:HOST:PORT).
+        /// The store directory, or an address (unix:PATH, tcp:HOST:PORT, tls:HOST:PORT).
         target: String,
         /// Print JSON for scripts.
         #[arg(long)]
@@ -150,7 +157,7 @@ fn main() -> ExitCode {
 
 /// A directory or an address: connects to its owner without taking it over.
 fn reach(target: &str) -> Result<Store, Error> {
-    if target.starts_with("unix:") || target.starts_with("tcp:") {
+    if ["unix:", "tcp:", "tls:"].iter().any(|p| target.starts_with(p)) {
         return Store::connect(target);
     }
     let sock = std::path::Path::new(target).join("tinystore.sock");
@@ -165,13 +172,20 @@ fn branch_of(under: &[String]) -> Vec<Key> {
 
 fn run(cli: Cli) -> Result<ExitCode, Error> {
     match cli.command {
-        Command::Serve { dir, listen } => {
+        Command::Serve { dir, listen, cert, key } => {
             let store = Store::open_with(&dir, OpenOptions::new().exclusive())?;
             let stop = Arc::new(tokio::sync::Notify::new());
             let sock = store.dir().join("tinystore.sock");
             store.on_shutdown(stop.clone());
-            for a in &listen {
-                store.serve_with(&Address::parse(a)?, Some(stop.clone()))?;
+            let addresses = listen.iter().map(|a| Address::parse(a)).collect::<Result<Vec<_>, _>>()?;
+            if cert.is_some() && !addresses.iter().any(|a| matches!(a, Address::Tls(_))) {
+                return Err(Error::new(ErrorKind::Invalid, "--cert and --key are for tls: listens: add --listen tls:HOST:PORT"));
+            }
+            for a in &addresses {
+                match (a, &cert, &key) {
+                    (Address::Tls(_), Some(c), Some(k)) => store.serve_tls_with(a, c.as_ref(), k.as_ref(), Some(stop.clone()))?,
+                    _ => store.serve_with(a, Some(stop.clone()))?,
+                }
             }
             eprintln!("tinystore: serving {} (epoch {}) on unix:{}{}", store.dir().display(), store.epoch(), sock.display(),
                 listen.iter().map(|a| format!(" and {a}")).collect::<String>());
