@@ -33,6 +33,8 @@ type Pending = HashMap<u64, Answer>;
 /// Who is waiting for the answer to a request.
 enum Answer {
     Call(oneshot::Sender<Result<Box<[u8]>>>),
+    /// A publish's answer: counted down from [`Conn::publishing`].
+    Publish(oneshot::Sender<Result<Box<[u8]>>>),
     /// A renewal sent at this instant: handled where it is read, no task.
     Renewal(std::sync::Weak<RemoteLease>, Instant),
 }
@@ -40,7 +42,7 @@ enum Answer {
 impl Answer {
     fn give(self, v: Result<Box<[u8]>>) {
         match self {
-            Answer::Call(tx) => {
+            Answer::Call(tx) | Answer::Publish(tx) => {
                 let _ = tx.send(v);
             }
             Answer::Renewal(l, sent) => {
@@ -56,7 +58,15 @@ struct Conn {
     sink: Arc<Sink>,
     pending: Mutex<Pending>,
     alive: AtomicBool,
+    /// Publishes sent and not yet answered.
+    publishing: AtomicU64,
 }
+
+/// With this many publishes unanswered, the next ones wait in the sink to
+/// leave together when the reader next reads an answer (an answer is sure
+/// to come): one write for many pipelined publishes, while a lone publish
+/// still leaves at once.
+const COALESCE_AFTER: u64 = 4;
 
 /// The connection to an owner, and everything that must survive a reconnect.
 pub(crate) struct Client {
@@ -139,7 +149,8 @@ impl Client {
         let (rd, wr) = match &self.address {
             Address::Unix(p) => wire::split_unix(
                 tokio::net::UnixStream::connect(p).await.map_err(|e| Error::io(&format!("could not connect to unix:{}", p.display()), e))?,
-            ),
+            )
+            .map_err(|e| Error::io(&format!("could not set up the socket to unix:{}", p.display()), e))?,
             Address::Tcp(hp) => {
                 wire::split_tcp(tokio::net::TcpStream::connect(hp).await.map_err(|e| Error::io(&format!("could not connect to tcp:{hp}"), e))?)
             }
@@ -148,7 +159,7 @@ impl Client {
                 crate::tls::dial(hp, tls).await?
             }
         };
-        let conn = Arc::new(Conn { sink: Sink::new(wr), pending: Mutex::new(HashMap::new()), alive: AtomicBool::new(true) });
+        let conn = Arc::new(Conn { sink: Sink::new(wr), pending: Mutex::new(HashMap::new()), alive: AtomicBool::new(true), publishing: AtomicU64::new(0) });
         let mut reader = FrameReader::new(rd);
         let mut hello = Request::new(0, "hello");
         hello.version = Some(wire::PROTOCOL_VERSION);
@@ -259,6 +270,11 @@ impl Client {
 
     async fn read_loop(self: &Arc<Self>, mut reader: Reader, conn: &Arc<Conn>) {
         loop {
+            // Before waiting for more: publishes held back for this moment
+            // leave now (an answer or event was just read).
+            if !reader.has_frame() {
+                conn.sink.uncork();
+            }
             let frame = match reader.next().await {
                 Ok(Some(f)) => f,
                 _ => return,
@@ -267,6 +283,9 @@ impl Client {
             if let Some(id) = r.id {
                 let a = conn.pending.lock().remove(&id);
                 if let Some(a) = a {
+                    if matches!(a, Answer::Publish(_)) {
+                        conn.publishing.fetch_sub(1, Ordering::AcqRel);
+                    }
                     let v = match r.err {
                         Some(e) => Err(e.into()),
                         None => Ok(r.ok.map(|v| v.get().as_bytes()).unwrap_or(b"null").to_vec().into_boxed_slice()),
@@ -329,15 +348,16 @@ impl Client {
     /// Sends without waiting; gives the receiver of the answer when `answer`.
     fn send_on(&self, conn: &Arc<Conn>, r: &mut Request<'_>, answer: bool) -> Result<Option<oneshot::Receiver<Result<Box<[u8]>>>>> {
         if !answer {
-            return self.send_with(conn, r, None).map(|_| None);
+            return self.send_with(conn, r, None, false).map(|_| None);
         }
         let (tx, rx) = oneshot::channel();
-        self.send_with(conn, r, Some(Answer::Call(tx)))?;
+        self.send_with(conn, r, Some(Answer::Call(tx)), false)?;
         Ok(Some(rx))
     }
 
     /// Sends; `answer` is given the store's answer when it comes.
-    fn send_with(&self, conn: &Arc<Conn>, r: &mut Request<'_>, answer: Option<Answer>) -> Result<()> {
+    /// `later`: queued behind, written at the reader's next answer.
+    fn send_with(&self, conn: &Arc<Conn>, r: &mut Request<'_>, answer: Option<Answer>, later: bool) -> Result<()> {
         r.id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = wire::frame(&r);
         if frame.len() - 4 > wire::MAX_FRAME_BYTES {
@@ -351,7 +371,8 @@ impl Client {
         if let Some(a) = answer {
             conn.pending.lock().insert(r.id, a);
         }
-        if !conn.sink.send(&frame) {
+        let sent = if later { conn.sink.send_later(&frame, &conn.publishing) } else { conn.sink.send(&frame) };
+        if !sent {
             if awaited {
                 conn.pending.lock().remove(&r.id);
             }
@@ -381,7 +402,13 @@ impl Client {
         r.branch = Some(branch.to_vec());
         r.data = Some(&raw);
         let conn = self.current()?;
-        Ok(self.send_on(&conn, &mut r, true)?.expect("an answer is awaited"))
+        let (tx, rx) = oneshot::channel();
+        let later = conn.publishing.fetch_add(1, Ordering::AcqRel) >= COALESCE_AFTER;
+        if let Err(e) = self.send_with(&conn, &mut r, Some(Answer::Publish(tx)), later) {
+            conn.publishing.fetch_sub(1, Ordering::AcqRel);
+            return Err(e);
+        }
+        Ok(rx)
     }
 
     pub(crate) async fn subscribe(self: &Arc<Self>, channel: &str, branch: &[Key], scope: Scope) -> Result<Arc<RemoteSub>> {
@@ -813,7 +840,7 @@ impl runtime::Due for RemoteLease {
                 let mut r = Request::new(0, "renew");
                 r.lease = Some(self.id);
                 r.fence = self.fence;
-                let _ = c.send_with(&conn, &mut r, Some(Answer::Renewal(Arc::downgrade(&self), now)));
+                let _ = c.send_with(&conn, &mut r, Some(Answer::Renewal(Arc::downgrade(&self), now)), false);
             }
         }
         self.arm(&mut s);

@@ -157,7 +157,11 @@ impl Server {
                     loop {
                         tokio::select! {
                             a = l.accept() => match a {
-                                Ok((s, _)) => { let me2 = me.clone(); runtime::spawn(me2.connection(wire::split_unix(s), name.clone(), None)); }
+                                Ok((s, _)) => {
+                                    if let Ok(halves) = wire::split_unix(s) {
+                                        runtime::spawn(me.clone().connection(halves, name.clone(), None));
+                                    }
+                                }
                                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
                             },
                             _ = me.stopping.notified() => return,

@@ -352,7 +352,7 @@ impl std::fmt::Display for Address {
 
 /// The write side of a connection's socket.
 pub(crate) enum WriteHalf {
-    Unix(tokio::net::unix::OwnedWriteHalf),
+    Unix(UnixWriteHalf),
     Tcp(tokio::net::tcp::OwnedWriteHalf),
     /// Through a writer task: a TLS stream needs an await to write.
     Tls(crate::tls::TlsHalf),
@@ -369,7 +369,7 @@ impl WriteHalf {
 
     async fn writable(&self) -> std::io::Result<()> {
         match self {
-            WriteHalf::Unix(h) => h.as_ref().writable().await,
+            WriteHalf::Unix(h) => h.writable().await,
             WriteHalf::Tcp(h) => h.as_ref().writable().await,
             WriteHalf::Tls(h) => h.writable().await,
         }
@@ -389,9 +389,88 @@ impl WriteHalf {
 }
 
 /// Splits a socket into a frame reader and a [`Sink`].
-pub(crate) fn split_unix(s: tokio::net::UnixStream) -> (Box<dyn tokio::io::AsyncRead + Send + Unpin>, WriteHalf) {
-    let (r, w) = s.into_split();
-    (Box::new(r), WriteHalf::Unix(w))
+///
+/// The socket is registered with the reactor for reading only. A tokio
+/// `UnixStream` also asks to hear when it becomes writable, and the kernel
+/// says so each time the peer reads: one wake-up of this process's reactor
+/// per read on the other side, for nothing. Writes go straight to the
+/// socket; only a full socket buffer registers for writability, then.
+pub(crate) fn split_unix(s: tokio::net::UnixStream) -> std::io::Result<(Box<dyn tokio::io::AsyncRead + Send + Unpin>, WriteHalf)> {
+    let s = std::sync::Arc::new(s.into_std()?);
+    s.set_nonblocking(true)?;
+    // SAFETY: the Arc'd socket owns its fd, open until the last clone drops,
+    // and the AsyncFd holds a clone.
+    let r = UnixReadHalf(unsafe { tokio::io::unix::AsyncFd::register_with_interest(s.clone(), tokio::io::Interest::READABLE)? });
+    Ok((Box::new(r), WriteHalf::Unix(UnixWriteHalf(s))))
+}
+
+/// The read side of a Unix socket, registered for readability only.
+struct UnixReadHalf(tokio::io::unix::AsyncFd<std::sync::Arc<std::os::unix::net::UnixStream>>);
+
+impl tokio::io::AsyncRead for UnixReadHalf {
+    fn poll_read(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> std::task::Poll<std::io::Result<()>> {
+        use std::os::fd::AsRawFd;
+        use std::task::Poll;
+        loop {
+            let mut guard = match self.0.poll_read_ready(cx) {
+                Poll::Ready(g) => g?,
+                Poll::Pending => return Poll::Pending,
+            };
+            // SAFETY: read(2) writes at most `dst.len()` bytes into `dst`
+            // and says how many; only those are marked initialised.
+            let dst = unsafe { buf.unfilled_mut() };
+            let r = guard.try_io(|inner| {
+                let n = unsafe { libc::read(inner.get_ref().as_raw_fd(), dst.as_mut_ptr().cast(), dst.len()) };
+                if n < 0 { Err(std::io::Error::last_os_error()) } else { Ok(n as usize) }
+            });
+            match r {
+                Ok(Ok(n)) => {
+                    unsafe { buf.assume_init(n) };
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Ok(Err(e)) => return Poll::Ready(Err(e)),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+/// The write side of a Unix socket: non-blocking sends from any thread.
+/// Dropping it shuts the socket's write side, so the peer reads an end.
+pub(crate) struct UnixWriteHalf(std::sync::Arc<std::os::unix::net::UnixStream>);
+
+impl UnixWriteHalf {
+    fn try_write(&self, b: &[u8]) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        loop {
+            // MSG_NOSIGNAL: a closed peer is an error here, never a SIGPIPE
+            // in a host process (Go, Node, Python) that did not ignore it.
+            let n = unsafe { libc::send(self.0.as_raw_fd(), b.as_ptr().cast(), b.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Waits until the socket takes bytes again (its buffer was full).
+    async fn writable(&self) -> std::io::Result<()> {
+        // SAFETY: the duplicate socket owns its fd until the AsyncFd drops.
+        let fd = unsafe { tokio::io::unix::AsyncFd::register_with_interest(self.0.try_clone()?, tokio::io::Interest::WRITABLE)? };
+        fd.writable().await?.retain_ready();
+        Ok(())
+    }
+}
+
+impl Drop for UnixWriteHalf {
+    fn drop(&mut self) {
+        let _ = self.0.shutdown(std::net::Shutdown::Write);
+    }
 }
 
 /// Splits a TCP socket into a frame reader and a [`Sink`]'s half.
@@ -420,12 +499,14 @@ struct SinkState {
     closed: bool,
     /// Frames gather in `buf` until [`Sink::uncork`] writes them at once.
     corked: bool,
+    /// Frames in `buf` put there by [`Sink::send_later`].
+    held: u64,
 }
 
 impl Sink {
     pub(crate) fn new(half: WriteHalf) -> std::sync::Arc<Sink> {
         let sink = std::sync::Arc::new(Sink {
-            st: parking_lot::Mutex::new(SinkState { half: Some(half), buf: Vec::new(), flushing: false, closed: false, corked: false }),
+            st: parking_lot::Mutex::new(SinkState { half: Some(half), buf: Vec::new(), flushing: false, closed: false, corked: false, held: 0 }),
             wake: tokio::sync::Notify::new(),
             drained: tokio::sync::Notify::new(),
             queued: std::sync::atomic::AtomicUsize::new(0),
@@ -464,6 +545,25 @@ impl Sink {
         true
     }
 
+    /// Queues a frame without writing it, for an [`Sink::uncork`] soon: the
+    /// client's reader uncorks at each answer it reads. `unanswered` counts
+    /// the requests like this one not yet answered; when none of them has
+    /// left (all wait here), nothing would come back to uncork, so the
+    /// frames are written now. False once closed.
+    pub(crate) fn send_later(&self, frame: &[u8], unanswered: &std::sync::atomic::AtomicU64) -> bool {
+        let mut s = self.st.lock();
+        if s.closed {
+            return false;
+        }
+        s.buf.extend_from_slice(frame);
+        s.held += 1;
+        self.queued.fetch_add(frame.len(), std::sync::atomic::Ordering::AcqRel);
+        if unanswered.load(std::sync::atomic::Ordering::Acquire) <= s.held {
+            self.write_held(&mut s);
+        }
+        true
+    }
+
     /// Holds frames back until [`Sink::uncork`]: the answers to requests read
     /// together leave in one write instead of one each.
     pub(crate) fn cork(&self) {
@@ -473,12 +573,17 @@ impl Sink {
     /// Writes what gathered since [`Sink::cork`], from this thread when the
     /// socket takes it all.
     pub(crate) fn uncork(&self) {
-        use std::sync::atomic::Ordering;
         let mut s = self.st.lock();
         s.corked = false;
+        self.write_held(&mut s);
+    }
+
+    fn write_held(&self, s: &mut parking_lot::MutexGuard<'_, SinkState>) {
+        use std::sync::atomic::Ordering;
         if s.flushing || s.buf.is_empty() || s.closed {
             return;
         }
+        s.held = 0;
         let half = s.half.as_ref().expect("the half is home when not flushing");
         match half.try_write(&s.buf) {
             Ok(n) => {
@@ -495,7 +600,6 @@ impl Sink {
             s.flushing = true;
             self.wake.notify_one();
         }
-        drop(s);
         self.drained.notify_waiters();
     }
 
@@ -554,6 +658,7 @@ impl Sink {
                         break;
                     }
                     let Some(half) = s.half.take() else { return };
+                    s.held = 0;
                     (half, std::mem::take(&mut s.buf))
                 };
                 let ok = half.write_all(&buf).await.is_ok();

@@ -278,10 +278,19 @@ fn main() {
         let trips = if per_op_trips { format!("{:.2}", floor / ours) } else { "-".into() };
         println!("| {name} | {ours:.0}/s | {theirs:.0}/s | {:.2} | {trips} |", ours / theirs);
     };
-    row("publish→deliver, one at a time", best(|| ours_one_at_a_time(&store)), best(|| redis_one_at_a_time(&url)), true);
-    row("publish→deliver, 64 in flight", best(|| ours_pipelined(&store)), best(|| redis_pipelined(&url)), false);
-    row("hold+release, sequential", best(|| ours_hold_release(&store)), best(|| redis_hold_release(&url)), true);
-    row("hold+release, 4 clients on one key (handoffs)", best(|| ours_contended(&address)), best(|| redis_contended(&url)), false);
+    // WIRE_ONLY=publish-1|publish-64|hold|contended runs one row, and
+    // WIRE_OURS_ONLY=1 skips Redis (for profiling).
+    let only = std::env::var("WIRE_ONLY").ok();
+    let row = |name: &str, tag: &str, ours: &dyn Fn() -> f64, theirs: &dyn Fn() -> f64, per_op_trips: bool| {
+        if only.as_deref().is_none_or(|o| o == tag) {
+            let theirs = if std::env::var_os("WIRE_OURS_ONLY").is_some() { f64::NAN } else { best(theirs) };
+            row(name, best(ours), theirs, per_op_trips);
+        }
+    };
+    row("publish→deliver, one at a time", "publish-1", &|| ours_one_at_a_time(&store), &|| redis_one_at_a_time(&url), true);
+    row("publish→deliver, 64 in flight", "publish-64", &|| ours_pipelined(&store), &|| redis_pipelined(&url), false);
+    row("hold+release, sequential", "hold", &|| ours_hold_release(&store), &|| redis_hold_release(&url), true);
+    row("hold+release, 4 clients on one key (handoffs)", "contended", &|| ours_contended(&address), &|| redis_contended(&url), false);
 }
 
 fn redis_version() -> String {
