@@ -28,7 +28,8 @@ use crate::runtime;
 use crate::wire::{self, AcquireOk, Address, FrameReader, HelloOk, Reply, Request, Sink, SubscribeOk, WireResume};
 
 type Reader = FrameReader<Box<dyn tokio::io::AsyncRead + Send + Unpin>>;
-type Pending = HashMap<u64, Answer>;
+/// Answers awaited, with the instant each request fails unanswered.
+type Pending = HashMap<u64, (Answer, Option<Instant>)>;
 
 /// Who is waiting for the answer to a request.
 enum Answer {
@@ -86,6 +87,8 @@ pub(crate) struct Client {
     closed: AtomicBool,
     /// Holds waiting in line now: while any, the connection pings.
     waiting: AtomicU64,
+    /// [`crate::limits::REQUEST_TIMEOUT`] unless set, in milliseconds.
+    request_timeout_ms: AtomicU64,
     /// The store this process came to own by taking over, if it did.
     pub(crate) owned: Mutex<Option<crate::store::Store>>,
 }
@@ -115,6 +118,7 @@ impl Client {
             hello: Mutex::new(None),
             closed: AtomicBool::new(false),
             waiting: AtomicU64::new(0),
+            request_timeout_ms: AtomicU64::new(crate::limits::REQUEST_TIMEOUT.as_millis() as u64),
             owned: Mutex::new(None),
         });
         let first = runtime::block_on(async {
@@ -134,6 +138,37 @@ impl Client {
         runtime::spawn(async move { me.run(Some(first)).await });
         runtime::spawn(pinger(Arc::downgrade(&c)));
         Ok(c)
+    }
+
+    fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set_request_timeout(&self, t: Duration) {
+        self.request_timeout_ms.store(t.as_millis().max(1) as u64, Ordering::Relaxed);
+    }
+
+    /// Fails the requests left unanswered past their time.
+    fn expire_requests(&self) {
+        let Ok(conn) = self.current() else { return };
+        let now = Instant::now();
+        let expired: Vec<Answer> = {
+            let mut p = conn.pending.lock();
+            let ids: Vec<u64> = p.iter().filter(|(_, (_, l))| l.is_some_and(|l| now >= l)).map(|(id, _)| *id).collect();
+            ids.into_iter().filter_map(|id| p.remove(&id)).map(|(a, _)| a).collect()
+        };
+        for a in expired {
+            if matches!(a, Answer::Publish(_)) {
+                conn.publishing.fetch_sub(1, Ordering::AcqRel);
+            }
+            a.give(Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "the store did not answer within {} (its owning process may be frozen or overloaded); the request may still take effect when it answers: a publish may yet be delivered, a hold is let go",
+                    crate::limits::format_duration(self.request_timeout())
+                ),
+            )));
+        }
     }
 
     pub(crate) fn hello(&self) -> Option<HelloOk> {
@@ -205,7 +240,7 @@ impl Client {
                     conn.sink.close();
                     *self.conn.lock() = None;
                     let pending: Vec<_> = conn.pending.lock().drain().collect();
-                    for (_, a) in pending {
+                    for (_, (a, _)) in pending {
                         a.give(Err(disconnected()));
                     }
                 }
@@ -282,7 +317,7 @@ impl Client {
             let Ok(r) = serde_json::from_slice::<Reply>(frame) else { return };
             if let Some(id) = r.id {
                 let a = conn.pending.lock().remove(&id);
-                if let Some(a) = a {
+                if let Some((a, _)) = a {
                     if matches!(a, Answer::Publish(_)) {
                         conn.publishing.fetch_sub(1, Ordering::AcqRel);
                     }
@@ -369,7 +404,10 @@ impl Client {
         }
         let awaited = answer.is_some();
         if let Some(a) = answer {
-            conn.pending.lock().insert(r.id, a);
+            // A renewal needs none: its lease's deadline stands for it.
+            let limit = (!matches!(a, Answer::Renewal(..)))
+                .then(|| Instant::now() + self.request_timeout() + Duration::from_millis(r.wait_ms.unwrap_or(0)));
+            conn.pending.lock().insert(r.id, (a, limit));
         }
         let sent = if later { conn.sink.send_later(&frame, &conn.publishing) } else { conn.sink.send(&frame) };
         if !sent {
@@ -487,7 +525,8 @@ impl Client {
             // take this hold out of line, or let go of what it granted.
             let mut cancel = CancelHold { client: self, hold, armed: true };
             let answer = self.call(r).await;
-            cancel.armed = false;
+            // Unanswered in time: the store may grant it later; let it go then.
+            cancel.armed = matches!(&answer, Err(e) if e.kind() == ErrorKind::Timeout);
             match answer {
                 Ok(bytes) => {
                     let ok: AcquireOk = serde_json::from_slice(&bytes).map_err(|e| Error::new(ErrorKind::Protocol, e.to_string()))?;
@@ -536,7 +575,7 @@ impl Client {
             c.alive.store(false, Ordering::Release);
             c.sink.close();
             let pending: Vec<_> = c.pending.lock().drain().collect();
-            for (_, a) in pending {
+            for (_, (a, _)) in pending {
                 a.give(Err(Error::closed()));
             }
         }
@@ -591,7 +630,8 @@ impl Drop for Waiting<'_> {
 
 /// Pings while any hold waits in line, so the store keeps this client's
 /// waiters (a frozen process stops pinging and leaves the line, L1). Every
-/// 250 ms: within a third of the shortest ttl (1 s).
+/// 250 ms: within a third of the shortest ttl (1 s). Also fails requests
+/// left unanswered too long.
 async fn pinger(c: std::sync::Weak<Client>) {
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -599,6 +639,7 @@ async fn pinger(c: std::sync::Weak<Client>) {
         if c.closed.load(Ordering::Acquire) {
             return;
         }
+        c.expire_requests();
         if c.waiting.load(Ordering::Acquire) > 0
             && let Ok(conn) = c.current()
         {

@@ -21,6 +21,11 @@ pub const MAX_KEY_BYTES: usize = 1024;
 
 /// The default ttl of a lease: 30 seconds.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// How long a connected client waits for the store's answer to a request
+/// (beyond a hold's own `wait`) before failing it with `timeout`: an owner
+/// frozen or overloaded must not hang its clients' calls forever.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default `wait` of `hold`: 10 seconds.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 /// The shortest ttl: 1 second.

@@ -52,6 +52,7 @@ impl OpenOptions {
 pub struct ConnectOptions {
     token: Option<String>,
     ca_file: Option<PathBuf>,
+    request_timeout: Option<Duration>,
 }
 
 impl ConnectOptions {
@@ -71,6 +72,14 @@ impl ConnectOptions {
     /// instead of `TINYSTORE_CA`. Only these are trusted: no public roots.
     pub fn ca_file(mut self, path: impl Into<PathBuf>) -> ConnectOptions {
         self.ca_file = Some(path.into());
+        self
+    }
+    /// How long a request may go unanswered (beyond a hold's `wait`)
+    /// before it fails with `timeout`. Default
+    /// [`REQUEST_TIMEOUT`](crate::limits::REQUEST_TIMEOUT), 10 s; checked
+    /// every 250 ms.
+    pub fn request_timeout(mut self, t: Duration) -> ConnectOptions {
+        self.request_timeout = Some(t);
         self
     }
 }
@@ -230,7 +239,11 @@ impl Store {
             }
             _ => None,
         };
-        Ok(Store::connected(Client::connect(addr, token, tls, None, Duration::from_millis(500))?))
+        let client = Client::connect(addr, token, tls, None, Duration::from_millis(500))?;
+        if let Some(t) = opts.request_timeout {
+            client.set_request_timeout(t);
+        }
+        Ok(Store::connected(client))
     }
 
     /// Serves this store on another address as well. `tcp:HOST:PORT` needs

@@ -356,3 +356,36 @@ fn lock_01_cli_hold_stops_its_command_on_sigterm() {
     let lock = store.lock("jobs").wait(Duration::from_secs(3)).open().unwrap();
     lock.hold(9, |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
 }
+
+/// STORE-01 and LOCK-03 with the owner frozen (SIGSTOP): a connected call
+/// fails with `timeout` once the request timeout passes, instead of hanging
+/// its caller for as long as the owner is frozen; after the owner wakes the
+/// same client works again.
+#[test]
+fn store_01_lock_03_calls_to_a_frozen_owner_fail_with_timeout_then_work_again() {
+    use tinystore::{ConnectOptions, ErrorKind};
+    let d = common::dir();
+    let server = Server::start(d.path());
+    let address = format!("unix:{}", d.path().join("tinystore.sock").display());
+    let store = Store::connect_with(&address, ConnectOptions::new().request_timeout(Duration::from_millis(600))).unwrap();
+    let events = store.channel::<u64>("c").open().unwrap();
+    events.under(1).publish(&1).unwrap();
+    signal(server.pid(), libc::SIGSTOP);
+    let t = Instant::now();
+    let e = events.under(1).publish(&2).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert!(e.message().contains("did not answer"), "{e}");
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(600) && took < Duration::from_secs(3), "failed after {took:?}");
+    let lock = store.lock("l").wait(Duration::from_millis(200)).open();
+    // Making the handle asks the store too: either it or the hold times out.
+    let e = match lock {
+        Err(e) => e,
+        Ok(lock) => lock.hold("k", |_| -> tinystore::Result<()> { Ok(()) }).unwrap_err(),
+    };
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    signal(server.pid(), libc::SIGCONT);
+    events.under(1).publish(&3).unwrap();
+    let lock = store.lock("l").open().unwrap();
+    lock.hold("k", |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
+}
