@@ -683,3 +683,32 @@ impl Sink {
         }
     }
 }
+
+/// Decodes `bytes` as a stream of frames the way both ends do: each frame
+/// as a request (with its keys checked, as the server does before acting)
+/// and as an answer or event (as the client does). Never panics; gives how
+/// many frames parsed as requests. The entry point of the fuzz target in
+/// `core/fuzz` (WIRE-01), and of the decoder test beside it.
+#[doc(hidden)]
+pub fn fuzz_decode(bytes: &[u8]) -> usize {
+    let mut reader = FrameReader::new(bytes);
+    let mut requests = 0;
+    futures::executor::block_on(async {
+        while let Ok(Some(frame)) = reader.next().await {
+            if let Ok(r) = serde_json::from_slice::<Request>(frame) {
+                requests += 1;
+                if let Some(k) = &r.key {
+                    let _ = k.check();
+                }
+                for k in r.branch.iter().flatten() {
+                    let _ = k.check();
+                }
+                if let Some(c) = &r.channel {
+                    let _ = crate::limits::check_name("channel", c);
+                }
+            }
+            let _ = serde_json::from_slice::<Reply>(frame);
+        }
+    });
+    requests
+}
