@@ -54,6 +54,41 @@ func TestStoreCloseIsIdempotentAndEndsEveryCall(t *testing.T) {
 	}
 }
 
+// STORE-01: a closed store, owned or connected, answers Status with
+// ErrClosed, not with what it held before.
+func TestStore01StatusOfAClosedStoreIsErrClosed(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+		ctx := context.Background()
+		store := stores.Open()
+		l, err := locks.OpenLock(store, "summaries")
+		if err != nil {
+			t.Fatal(err)
+		}
+		release := make(chan struct{})
+		held := make(chan struct{})
+		go func() {
+			_ = l.Hold(ctx, 7, func(context.Context, *locks.Lease) error {
+				close(held)
+				<-release
+				return nil
+			})
+		}()
+		defer close(release)
+		testkit.Receive(t, held, 5*time.Second, "key 7 held")
+		if st, err := store.Status(ctx); err != nil || len(st.Locks) != 1 {
+			t.Fatalf("status while open: %+v %v, want key 7 held", st, err)
+		}
+		store.Close()
+		st, err := store.Status(ctx)
+		if !errors.Is(err, tinystore.ErrClosed) {
+			t.Fatalf("status after Close: %+v %v, want ErrClosed", st, err)
+		}
+		if st != nil {
+			t.Fatalf("status after Close gave %+v with its error", st)
+		}
+	})
+}
+
 func TestStoreOpenReportsWhatWentWrong(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "a-file")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {

@@ -83,12 +83,17 @@ pub unsafe extern "C" fn ts_store_epoch(s: *const TsStore) -> u64 {
 /// What the store holds now, as JSON (the core's `StoreStatus`: its
 /// directory, owner pid, epoch, subscriptions, branches, held keys with
 /// their fences and waiters). `*out` is NUL-terminated; free it with
-/// [`ts_string_free`]. Errors: `closed`, `io` (a connected store's owner
-/// could not be asked).
+/// [`ts_string_free`]. Errors: `closed` (this handle's store was closed),
+/// `io` or `timeout` (a connected store's owner could not be asked).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_status(s: *const TsStore, out: *mut *mut c_char, err: *mut *mut TsError) -> i32 {
     call(err, || {
         let s = unsafe { &*s };
+        // An owned store still has its tables after close: without this, its
+        // status would describe a store that is gone.
+        if s.store.is_closed() {
+            return Err(tinystore::Error::new(tinystore::ErrorKind::Closed, "the store is closed: open it again to ask its status").into());
+        }
         let json = serde_json::to_string(&s.store.status_json()?).map_err(tinystore::Error::from)?;
         unsafe { *out = CString::new(json).expect("JSON has no NUL").into_raw() };
         Ok(())
