@@ -78,24 +78,13 @@ pub unsafe extern "C" fn ts_lock_open(
         if o.has_wait != 0 {
             opts.wait = nanos(o.wait_ns);
         }
-        // The builders check the name, the options and the limit.
-        let kind = if semaphore != 0 {
-            let mut b = store.semaphore(name).limit(limit).ttl(opts.ttl).wait(opts.wait);
-            if let Some(m) = opts.max_hold {
-                b = b.max_hold(m);
-            }
-            b.open()?;
-            Kind::Semaphore { limit }
-        } else {
-            let mut b = store.lock(name).ttl(opts.ttl).wait(opts.wait);
-            if let Some(m) = opts.max_hold {
-                b = b.max_hold(m);
-            }
-            b.open()?;
-            Kind::Lock
-        };
+        // The options first (the builders' check), then lock_raw checks the
+        // name and limit and, over a connection, declares the lock: one round
+        // trip (the builders' open would make a second one).
+        let opts = opts.check()?;
+        let kind = if semaphore != 0 { Kind::Semaphore { limit } } else { Kind::Lock };
         let raw = store.lock_raw(name, kind)?;
-        unsafe { *out = Box::into_raw(Box::new(TsLock { raw, opts: opts.check()? })) };
+        unsafe { *out = Box::into_raw(Box::new(TsLock { raw, opts })) };
         Ok(())
     })
 }
