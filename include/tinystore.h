@@ -375,8 +375,10 @@ int32_t ts_lock_hold(const struct TsLock *l,
                      struct TsError **err);
 
 /**
- * Takes `key` for `holder` if it is free now, never waiting: `*out` is the
- * lease, or null when the key is held. Otherwise as [`ts_lock_hold`].
+ * Takes `key` for `holder` if it is free now, never waiting in line: `*out`
+ * is the lease, or null when the key is held. Over a connection it waits
+ * for the owner's answer, which `cancel` (or null) ends with `cancelled`
+ * (nothing is held then). Otherwise as [`ts_lock_hold`].
  */
 int32_t ts_lock_try_hold(const struct TsLock *l,
                          const struct TsValue *key,
@@ -384,6 +386,7 @@ int32_t ts_lock_try_hold(const struct TsLock *l,
                          size_t buf_len,
                          uint64_t holder,
                          uint64_t lost_token,
+                         const struct TsCancel *cancel,
                          struct TsLease **out,
                          struct TsFence *fence,
                          struct TsError **err);
@@ -565,8 +568,8 @@ uint64_t ts_store_epoch(const struct TsStore *s);
  * What the store holds now, as JSON (the core's `StoreStatus`: its
  * directory, owner pid, epoch, subscriptions, branches, held keys with
  * their fences and waiters). `*out` is NUL-terminated; free it with
- * [`ts_string_free`]. Errors: `closed`, `io` (a connected store's owner
- * could not be asked).
+ * [`ts_string_free`]. Errors: `closed` (this handle's store was closed),
+ * `io` or `timeout` (a connected store's owner could not be asked).
  */
 int32_t ts_store_status(const struct TsStore *s, char **out, struct TsError **err);
 

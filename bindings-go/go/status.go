@@ -58,12 +58,16 @@ type HolderStatus struct {
 }
 
 // Status asks the store what it holds now: subscriptions and branches,
-// held keys with their fences and waiters. Errors: [ErrClosed], [ErrIO].
+// held keys with their fences and waiters. A connected store asks its
+// owner, until ctx ends.
+//
+// Errors: [ErrClosed] (this store was closed), [ErrIO] or [ErrTimeout]
+// (the owner could not be asked), ctx.Err().
 func (s *Store) Status(ctx context.Context) (*Status, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	b, err := s.n.Status()
+	b, err := s.n.Status(ctx)
 	if err != nil {
 		return nil, err
 	}

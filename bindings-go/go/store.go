@@ -27,32 +27,54 @@ func init() {
 // and it serves the store to other processes on dir/tinystore.sock. If
 // another process owns it, Open connects to that one instead (STORE-01).
 //
+// ctx bounds the wait: if it ends first (an owner that does not answer),
+// Open returns ctx.Err() and closes the store it was opening once that
+// call comes back.
+//
 // Errors: [ErrIO] (the directory cannot be made, locked or reached),
 // [ErrSQL] (dir/kv.db is unreadable), [ErrOwned] (the owner cannot be
-// reached); ctx.Err() when ctx is done before.
+// reached); ctx.Err().
 func Open(ctx context.Context, dir string) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	n, err := native.OpenStore(dir)
+	n, err := native.OpenStore(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
 	return &Store{n: n}, nil
 }
 
-// Connect reaches a store owned by another process at address:
-// "unix:PATH" (an owner serves "unix:<dir>/tinystore.sock") or
-// "tcp:HOST:PORT" (with the token in the environment variable
-// TINYSTORE_TOKEN). The store then works as an owned one; the engine
-// reconnects by itself when the connection drops, and renews leases.
+// Connect reaches a store owned by another process at address, one of:
 //
-// Errors: [ErrInvalid] (the address), [ErrIO] (nobody listens), [ErrAuth].
+//   - "unix:PATH": a Unix socket; an owner serves "unix:<dir>/tinystore.sock"
+//     (owner-only, mode 0600; no token).
+//   - "tcp:HOST:PORT": plain TCP, with a token from the owner's dir/tokens
+//     (`tinystore token new <dir>`) in the environment variable
+//     TINYSTORE_TOKEN. Readable by anyone on the way: beyond loopback, use tls:.
+//   - "tls:HOST:PORT": TCP inside TLS 1.2 or 1.3. The owner's certificate is
+//     checked against the CA file named by the environment variable
+//     TINYSTORE_CA (no public roots are trusted) and against HOST; the token
+//     is still needed, in TINYSTORE_TOKEN. See docs/wire.md, "TLS", for
+//     making a certificate and serving it.
+//
+// The store then works as an owned one; the engine reconnects by itself
+// when the connection drops, and renews leases. ctx bounds the wait: if it
+// ends first, Connect returns ctx.Err() and closes the connection once it
+// comes back.
+//
+//	store, err := tinystore.Connect(ctx, "unix:data/tinystore.sock")
+//	store, err := tinystore.Connect(ctx, "tls:db.example.com:7443") // TINYSTORE_CA, TINYSTORE_TOKEN
+//
+// Errors: [ErrInvalid] (the address, or tls: without TINYSTORE_CA),
+// [ErrIO] (nobody listens), [ErrAuth] (a missing or wrong token; a
+// certificate the CA did not sign or that does not name HOST),
+// [ErrProtocol] (tcp: on a TLS port, or tls: on a plain one), ctx.Err().
 func Connect(ctx context.Context, address string) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	n, err := native.ConnectStore(address)
+	n, err := native.ConnectStore(ctx, address)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +83,8 @@ func Connect(ctx context.Context, address string) (*Store, error) {
 
 // Serve serves the store on one more address for other processes to
 // [Connect] to: "tcp:HOST:PORT" (needs dir/tokens; see `tinystore token
-// new`) or "unix:PATH". Only an owner serves.
+// new`), "tls:HOST:PORT" (also needs dir/tls/cert.pem and dir/tls/key.pem;
+// docs/wire.md, "TLS") or "unix:PATH". Only an owner serves.
 //
 // Errors: [ErrInvalid] (the address, or a connected store), [ErrIO], [ErrAuth].
 func (s *Store) Serve(ctx context.Context, address string) error {

@@ -153,8 +153,10 @@ pub unsafe extern "C" fn ts_lock_hold(
     })
 }
 
-/// Takes `key` for `holder` if it is free now, never waiting: `*out` is the
-/// lease, or null when the key is held. Otherwise as [`ts_lock_hold`].
+/// Takes `key` for `holder` if it is free now, never waiting in line: `*out`
+/// is the lease, or null when the key is held. Over a connection it waits
+/// for the owner's answer, which `cancel` (or null) ends with `cancelled`
+/// (nothing is held then). Otherwise as [`ts_lock_hold`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_lock_try_hold(
     l: *const TsLock,
@@ -163,6 +165,7 @@ pub unsafe extern "C" fn ts_lock_try_hold(
     buf_len: usize,
     holder: u64,
     lost_token: u64,
+    cancel: *const TsCancel,
     out: *mut *mut TsLease,
     fence: *mut TsFence,
     err: *mut *mut TsError,
@@ -171,7 +174,7 @@ pub unsafe extern "C" fn ts_lock_try_hold(
         let l = unsafe { &*l };
         let key = unsafe { one_key(key, buf, buf_len) }?;
         unsafe { *out = std::ptr::null_mut() };
-        if let Some(lease) = block_on(std::ptr::null(), l.raw.try_acquire(key, Holder(holder), l.opts.terms()))? {
+        if let Some(lease) = block_on(cancel, l.raw.try_acquire(key, Holder(holder), l.opts.terms()))? {
             unsafe { give(lease, lost_token, out, fence) };
         }
         Ok(())

@@ -34,7 +34,7 @@ func hold(ctx context.Context, l *native.Lock, key any, wait bool, fn func(conte
 	if wait {
 		lease, fence, err = l.Hold(ctx, key, holder, token)
 	} else {
-		lease, fence, err = l.TryHold(key, holder, token)
+		lease, fence, err = l.TryHold(ctx, key, holder, token)
 	}
 	if err != nil || lease == nil {
 		return false, err

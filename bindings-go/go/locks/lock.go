@@ -46,7 +46,10 @@ type Lease struct {
 // Lost tells whether the lease was lost (its function's ctx is then cancelled too).
 func (l *Lease) Lost() bool { return l.n.IsLost() }
 
-// OpenLock gives the lock name of store.
+// OpenLock gives the lock name of store. A connected store declares the
+// lock to its owner and waits for the answer (it takes no ctx: an owner
+// that does not answer holds it up to the engine's request timeout, then
+// it fails with [tinystore.ErrTimeout]).
 //
 // Errors: [tinystore.ErrInvalid] (a name out of rule, like "summaries"; a
 // ttl outside 1 s to 1 h; a zero or negative Wait or MaxHold),
@@ -84,9 +87,10 @@ func (l *Lock) Hold(ctx context.Context, key any, fn func(ctx context.Context, l
 	return err
 }
 
-// TryHold runs fn holding key if nobody holds it now, and never waits:
-// started is false (and fn did not run) when the key is held. Otherwise as
-// [Lock.Hold].
+// TryHold runs fn holding key if nobody holds it now, and never waits in
+// line: started is false (and fn did not run) when the key is held. Over a
+// connection it waits for the owner's answer; if ctx ends first, it
+// returns ctx.Err() and holds nothing. Otherwise as [Lock.Hold].
 func (l *Lock) TryHold(ctx context.Context, key any, fn func(ctx context.Context, lease *Lease) error) (started bool, err error) {
 	return hold(ctx, l.n, key, false, func(ctx context.Context, n *native.Lease, f native.Fence) error {
 		return fn(ctx, &Lease{Fence: Fence{f.Hi, f.Lo}, n: n})

@@ -88,8 +88,9 @@ func (l *Lock) Hold(ctx context.Context, key any, holder, lostToken uint64) (*Le
 	return &Lease{p: p}, Fence{uint64(f.hi), uint64(f.lo)}, nil
 }
 
-// TryHold takes key if it is free now; a nil lease when it is held.
-func (l *Lock) TryHold(key any, holder, lostToken uint64) (*Lease, Fence, error) {
+// TryHold takes key if it is free now; a nil lease when it is held. Over a
+// connection it waits for the owner's answer, until ctx ends.
+func (l *Lock) TryHold(ctx context.Context, key any, holder, lostToken uint64) (*Lease, Fence, error) {
 	var kv values
 	if err := kv.addKey(key); err != nil {
 		return nil, Fence{}, err
@@ -98,9 +99,11 @@ func (l *Lock) TryHold(key any, holder, lostToken uint64) (*Lease, Fence, error)
 	var f C.TsFence
 	var e *C.TsError
 	vp, _, bp, bn := kv.ptrs()
-	rc := C.ts_lock_try_hold(l.p, vp, bp, bn, C.uint64_t(holder), C.uint64_t(lostToken), &p, &f, &e)
+	cancel, free := cancelFor(ctx)
+	rc := C.ts_lock_try_hold(l.p, vp, bp, bn, C.uint64_t(holder), C.uint64_t(lostToken), cancel, &p, &f, &e)
+	free()
 	runtime.KeepAlive(l)
-	if err := result(nil, rc, e); err != nil || p == nil {
+	if err := result(ctx, rc, e); err != nil || p == nil {
 		return nil, Fence{}, err
 	}
 	return &Lease{p: p}, Fence{uint64(f.hi), uint64(f.lo)}, nil

@@ -24,8 +24,13 @@ func newStore(p *C.TsStore) *Store {
 	return s
 }
 
-// OpenStore owns the store directory dir.
-func OpenStore(dir string) (*Store, error) {
+// OpenStore owns the store directory dir, or connects to its owner; ctx
+// ends the wait (a frozen owner).
+func OpenStore(ctx context.Context, dir string) (*Store, error) {
+	return detach(ctx, func() (*Store, error) { return openStore(dir) }, (*Store).Close)
+}
+
+func openStore(dir string) (*Store, error) {
 	var p *C.TsStore
 	var e *C.TsError
 	d, n := ptr(dir)
@@ -35,8 +40,12 @@ func OpenStore(dir string) (*Store, error) {
 	return newStore(p), nil
 }
 
-// ConnectStore connects to a store served at address.
-func ConnectStore(address string) (*Store, error) {
+// ConnectStore connects to a store served at address; ctx ends the wait.
+func ConnectStore(ctx context.Context, address string) (*Store, error) {
+	return detach(ctx, func() (*Store, error) { return connectStore(address) }, (*Store).Close)
+}
+
+func connectStore(address string) (*Store, error) {
 	var p *C.TsStore
 	var e *C.TsError
 	a, n := ptr(address)
@@ -55,8 +64,13 @@ func (s *Store) Serve(ctx context.Context, address string) error {
 	return err
 }
 
-// Status gives the store's status as JSON.
-func (s *Store) Status() ([]byte, error) {
+// Status gives the store's status as JSON; ctx ends the wait for a
+// connected store's owner.
+func (s *Store) Status(ctx context.Context) ([]byte, error) {
+	return detach(ctx, s.status, nil)
+}
+
+func (s *Store) status() ([]byte, error) {
 	var out *C.char
 	var e *C.TsError
 	err := result(nil, C.ts_store_status(s.p, &out, &e), e)
@@ -79,6 +93,39 @@ func (s *Store) Epoch() uint64 {
 	v := uint64(C.ts_store_epoch(s.p))
 	runtime.KeepAlive(s)
 	return v
+}
+
+// detach runs call, a call of the library that may wait but takes no
+// cancel switch (the core's open, connect and status block their thread),
+// so that ctx still ends the caller's wait: call then goes on in its own
+// goroutine, bounded by the core's request timeout, and what it gives is
+// handed to drop (nil: nothing to free). A ctx that can never end costs no
+// goroutine.
+func detach[T any](ctx context.Context, call func() (T, error), drop func(T)) (T, error) {
+	if ctx.Done() == nil {
+		return call()
+	}
+	type answer struct {
+		v   T
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		v, err := call()
+		ch <- answer{v, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.v, a.err
+	case <-ctx.Done():
+		go func() {
+			if a := <-ch; a.err == nil && drop != nil {
+				drop(a.v)
+			}
+		}()
+		var zero T
+		return zero, ctx.Err()
+	}
 }
 
 // StoreOf gives the handle inside a *tinystore.Store; set by package

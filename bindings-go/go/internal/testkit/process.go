@@ -141,13 +141,40 @@ func (c *Child) next(t testing.TB, deadline <-chan time.Time, what string, d tim
 }
 
 // Signal sends sig to the child (SIGSTOP freezes it, SIGCONT wakes it,
-// SIGKILL kills it; a helper may wait for another, such as SIGUSR1).
+// SIGKILL kills it; a helper may wait for another, such as SIGUSR1). After
+// SIGSTOP it returns once every thread of the child is stopped, and after
+// SIGKILL once the child is gone: a signal is delivered after kill(2)
+// returns, and a thread already running could still answer a request.
 func (c *Child) Signal(t testing.TB, sig syscall.Signal) {
 	t.Helper()
 	if err := c.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
-	if sig == syscall.SIGKILL {
+	switch sig {
+	case syscall.SIGKILL:
 		_ = c.cmd.Wait()
+	case syscall.SIGSTOP:
+		Eventually(t, 5*time.Second, "every thread of the child stopped", func() bool { return stopped(c.cmd.Process.Pid) })
 	}
+}
+
+// stopped tells whether every thread of process pid is stopped: state T
+// (or t) in /proc/<pid>/task/<tid>/stat.
+func stopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// "tid (comm) S ...": the state follows the last ')', as comm may hold one.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+			return false
+		}
+	}
+	return true
 }
