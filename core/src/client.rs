@@ -61,6 +61,221 @@ struct Conn {
     alive: AtomicBool,
     /// Publishes sent and not yet answered.
     publishing: AtomicU64,
+    /// A Unix connection's read side, which blocked threads may read too.
+    shared: Option<Arc<SharedRead>>,
+}
+
+impl Conn {
+    /// What a thread blocked on this connection may read meanwhile.
+    fn lead(&self) -> Option<Arc<dyn runtime::Lead>> {
+        self.shared.clone().map(|s| s as Arc<dyn runtime::Lead>)
+    }
+}
+
+/// Where a connection's frames come from.
+enum Source {
+    /// Read by the connection's task alone (TCP, TLS).
+    Stream(Reader),
+    /// A Unix socket, read by the connection's task or by a thread blocked
+    /// on an answer ([`SharedRead`]).
+    Shared(Arc<std::os::unix::net::UnixStream>),
+}
+
+/// The read side of a Unix connection, for whoever waits on it.
+///
+/// The connection's task reads it when the reactor says data came. A
+/// thread blocked in [`runtime::block_on`] on an answer takes it over for a
+/// moment instead: it takes the socket out of the reactor (so no runtime
+/// thread is woken for nothing), waits in poll(2) itself, and dispatches
+/// what it reads, its own answer among it, then hands the socket back to
+/// the reactor with the task's waker armed. One wake-up per answer, by the
+/// kernel, to the thread that wants it.
+pub(crate) struct SharedRead {
+    fd: Arc<std::os::unix::net::UnixStream>,
+    slot: Mutex<Slot>,
+    client: std::sync::Weak<Client>,
+    conn: std::sync::Weak<Conn>,
+}
+
+struct Slot {
+    /// `None` while someone reads.
+    side: Option<Side>,
+    /// The connection task's waker, for the hand-back.
+    task: Option<Waker>,
+}
+
+struct Side {
+    /// Registered with the reactor, for reading; `None` while a blocked
+    /// thread reads.
+    afd: Option<tokio::io::unix::AsyncFd<Arc<std::os::unix::net::UnixStream>>>,
+    buf: Vec<u8>,
+    start: usize,
+    ended: bool,
+}
+
+impl Side {
+    /// The next whole frame's place in `buf`, or an oversized frame.
+    fn frame(&mut self) -> Option<Result<(usize, usize)>> {
+        let avail = &self.buf[self.start..];
+        if avail.len() < 4 {
+            return None;
+        }
+        let n = u32::from_be_bytes(avail[..4].try_into().expect("4 bytes")) as usize;
+        if n > wire::MAX_FRAME_BYTES {
+            return Some(Err(Error::new(ErrorKind::Protocol, format!("a frame of {n} bytes is over the limit of {}", wire::MAX_FRAME_BYTES))));
+        }
+        if avail.len() < 4 + n {
+            return None;
+        }
+        let at = self.start + 4;
+        self.start += 4 + n;
+        Some(Ok((at, n)))
+    }
+
+    fn has_frame(&self) -> bool {
+        let avail = &self.buf[self.start..];
+        avail.len() >= 4 && avail.len() >= 4 + u32::from_be_bytes(avail[..4].try_into().expect("4 bytes")) as usize
+    }
+
+    fn compact(&mut self) {
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+    }
+}
+
+/// Reads what the socket has into `buf` without blocking.
+fn fill(fd: &std::os::unix::net::UnixStream, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    if buf.capacity() - buf.len() < 16 * 1024 {
+        buf.reserve(64 * 1024);
+    }
+    let spare = buf.spare_capacity_mut();
+    // SAFETY: read(2) writes at most `spare.len()` bytes and says how many;
+    // only those become part of `buf`.
+    let n = unsafe { libc::read(fd.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    unsafe { buf.set_len(buf.len() + n as usize) };
+    Ok(n as usize)
+}
+
+fn register(fd: &Arc<std::os::unix::net::UnixStream>) -> std::io::Result<tokio::io::unix::AsyncFd<Arc<std::os::unix::net::UnixStream>>> {
+    // SAFETY: the Arc'd socket owns its fd, open until its last clone drops,
+    // and the AsyncFd holds a clone.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd.clone(), tokio::io::Interest::READABLE) }.map_err(Into::into)
+}
+
+impl SharedRead {
+    fn new(fd: Arc<std::os::unix::net::UnixStream>, client: std::sync::Weak<Client>, conn: std::sync::Weak<Conn>) -> Arc<SharedRead> {
+        let (afd, ended) = match register(&fd) {
+            Ok(a) => (Some(a), false),
+            Err(_) => (None, true),
+        };
+        let side = Side { afd, buf: Vec::with_capacity(64 * 1024), start: 0, ended };
+        Arc::new(SharedRead { fd, slot: Mutex::new(Slot { side: Some(side), task: None }), client, conn })
+    }
+
+    /// For the connection's task: the read side once it has whole frames
+    /// or ended. Give it back with [`SharedRead::put_back`].
+    async fn take(&self) -> Side {
+        std::future::poll_fn(|cx| {
+            let mut side = {
+                let mut slot = self.slot.lock();
+                if !slot.task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    slot.task = Some(cx.waker().clone());
+                }
+                // A blocked thread reads it now: it hands back and wakes us.
+                let Some(side) = slot.side.take() else { return Poll::Pending };
+                side
+            };
+            loop {
+                if side.ended || side.has_frame() {
+                    return Poll::Ready(side);
+                }
+                let Side { afd, buf, ended, .. } = &mut side;
+                let Some(afd) = afd.as_ref() else {
+                    *ended = true;
+                    continue;
+                };
+                match afd.poll_read_ready(cx) {
+                    Poll::Pending => {
+                        self.put_back(side);
+                        return Poll::Pending;
+                    }
+                    Poll::Ready(Err(_)) => *ended = true,
+                    Poll::Ready(Ok(mut guard)) => match guard.try_io(|inner| fill(inner.get_ref(), buf)) {
+                        Ok(Ok(0)) => *ended = true,
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Ok(Err(_)) => *ended = true,
+                        Err(_would_block) => {}
+                    },
+                }
+            }
+        })
+        .await
+    }
+
+    fn put_back(&self, side: Side) {
+        self.slot.lock().side = Some(side);
+    }
+}
+
+impl runtime::Lead for SharedRead {
+    fn lead(&self, done: &dyn Fn() -> bool, window: Duration) {
+        use std::os::fd::AsRawFd;
+        let (Some(client), Some(conn)) = (self.client.upgrade(), self.conn.upgrade()) else { return };
+        let Some(mut side) = self.slot.lock().side.take() else { return };
+        if !side.ended {
+            // Out of the reactor: only this thread hears the socket now.
+            side.afd = None;
+            let end = Instant::now() + window;
+            loop {
+                if client.dispatch_all(&conn, &mut side) || done() {
+                    break;
+                }
+                conn.sink.uncork();
+                match fill(&self.fd, &mut side.buf) {
+                    Ok(0) => side.ended = true,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        let left = end.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            break;
+                        }
+                        let mut p = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+                        // SAFETY: one valid pollfd for the duration of the call.
+                        unsafe { libc::poll(&mut p, 1, ms) };
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => side.ended = true,
+                }
+            }
+            match register(&self.fd) {
+                Ok(a) => side.afd = Some(a),
+                Err(_) => side.ended = true,
+            }
+        }
+        // Home again, with the task's waker armed on the new registration;
+        // the task is woken only if there is something for it.
+        let mut slot = self.slot.lock();
+        let task = slot.task.clone();
+        let ready = side.ended
+            || side.has_frame()
+            || match (&side.afd, &task) {
+                (Some(a), Some(w)) => a.poll_read_ready(&mut Context::from_waker(w)).is_ready(),
+                _ => true,
+            };
+        slot.side = Some(side);
+        drop(slot);
+        if ready && let Some(w) = task {
+            w.wake();
+        }
+    }
 }
 
 /// With this many publishes unanswered, the next ones wait in the sink to
@@ -180,44 +395,72 @@ impl Client {
     }
 
     /// Opens the socket and says hello; gives the reader and the connection.
-    async fn dial(self: &Arc<Self>) -> Result<(Reader, Arc<Conn>, HelloOk)> {
-        let (rd, wr) = match &self.address {
-            Address::Unix(p) => wire::split_unix(
-                tokio::net::UnixStream::connect(p).await.map_err(|e| Error::io(&format!("could not connect to unix:{}", p.display()), e))?,
-            )
-            .map_err(|e| Error::io(&format!("could not set up the socket to unix:{}", p.display()), e))?,
+    async fn dial(self: &Arc<Self>) -> Result<(Source, Arc<Conn>, HelloOk)> {
+        let (mut source, wr) = match &self.address {
+            Address::Unix(p) => {
+                let (fd, wr) = wire::split_unix_shared(
+                    tokio::net::UnixStream::connect(p).await.map_err(|e| Error::io(&format!("could not connect to unix:{}", p.display()), e))?,
+                )
+                .map_err(|e| Error::io(&format!("could not set up the socket to unix:{}", p.display()), e))?;
+                (Source::Shared(fd), wr)
+            }
             Address::Tcp(hp) => {
-                wire::split_tcp(tokio::net::TcpStream::connect(hp).await.map_err(|e| Error::io(&format!("could not connect to tcp:{hp}"), e))?)
+                let (rd, wr) = wire::split_tcp(tokio::net::TcpStream::connect(hp).await.map_err(|e| Error::io(&format!("could not connect to tcp:{hp}"), e))?);
+                (Source::Stream(FrameReader::new(rd)), wr)
             }
             Address::Tls(hp) => {
                 let tls = self.tls.as_ref().ok_or_else(|| Error::invalid(format!("tls:{hp} needs a CA file: set TINYSTORE_CA")))?;
-                crate::tls::dial(hp, tls).await?
+                let (rd, wr) = crate::tls::dial(hp, tls).await?;
+                (Source::Stream(FrameReader::new(rd)), wr)
             }
         };
-        let conn = Arc::new(Conn { sink: Sink::new(wr), pending: Mutex::new(HashMap::new()), alive: AtomicBool::new(true), publishing: AtomicU64::new(0) });
-        let mut reader = FrameReader::new(rd);
+        let me = Arc::downgrade(self);
+        let conn = Arc::new_cyclic(|weak| {
+            let shared = match &mut source {
+                Source::Shared(fd) => Some(SharedRead::new(fd.clone(), me, weak.clone())),
+                Source::Stream(_) => None,
+            };
+            Conn { sink: Sink::new(wr), pending: Mutex::new(HashMap::new()), alive: AtomicBool::new(true), publishing: AtomicU64::new(0), shared }
+        });
         let mut hello = Request::new(0, "hello");
         hello.version = Some(wire::PROTOCOL_VERSION);
         hello.client = Some(format!("pid {}", std::process::id()));
         hello.session = Some(self.session.clone());
         hello.token = self.token.clone();
         conn.sink.send(&wire::frame(&hello));
-        let answer = tokio::time::timeout(Duration::from_secs(5), reader.next())
+        let first = async {
+            match (&mut source, &conn.shared) {
+                (Source::Stream(reader), _) => reader.next().await.map(|f| f.map(<[u8]>::to_vec)),
+                (Source::Shared(_), Some(shared)) => {
+                    let mut side = shared.take().await;
+                    let f = side.frame();
+                    let out = match f {
+                        Some(Ok((a, n))) => Ok(Some(side.buf[a..a + n].to_vec())),
+                        Some(Err(e)) => Err(e),
+                        None => Ok(None),
+                    };
+                    shared.put_back(side);
+                    out
+                }
+                (Source::Shared(_), None) => Ok(None),
+            }
+        };
+        let answer = tokio::time::timeout(Duration::from_secs(5), first)
             .await
             .map_err(|_| Error::new(ErrorKind::Io, "the store did not answer hello within 5s"))??
             .ok_or_else(|| Error::new(ErrorKind::Io, "the store closed the connection during hello"))?;
-        let r: Reply = serde_json::from_slice(answer).map_err(|e| Error::new(ErrorKind::Protocol, format!("a bad hello answer: {e}")))?;
+        let r: Reply = serde_json::from_slice(&answer).map_err(|e| Error::new(ErrorKind::Protocol, format!("a bad hello answer: {e}")))?;
         if let Some(e) = r.err {
             return Err(e.into());
         }
         let ok: HelloOk = serde_json::from_str(r.ok.map(|v| v.get()).unwrap_or("null"))
             .map_err(|e| Error::new(ErrorKind::Protocol, format!("a bad hello answer: {e}")))?;
         *self.hello.lock() = Some(ok.clone());
-        Ok((reader, conn, ok))
+        Ok((source, conn, ok))
     }
 
     /// Serves connections until closed, reconnecting with back-off.
-    async fn run(self: Arc<Self>, mut first: Option<(Reader, Arc<Conn>, HelloOk)>) {
+    async fn run(self: Arc<Self>, mut first: Option<(Source, Arc<Conn>, HelloOk)>) {
         let mut backoff = Duration::from_millis(10);
         loop {
             if self.closed.load(Ordering::Acquire) {
@@ -303,63 +546,106 @@ impl Client {
         }
     }
 
-    async fn read_loop(self: &Arc<Self>, mut reader: Reader, conn: &Arc<Conn>) {
-        loop {
-            // Before waiting for more: publishes held back for this moment
-            // leave now (an answer or event was just read).
-            if !reader.has_frame() {
-                conn.sink.uncork();
-            }
-            let frame = match reader.next().await {
-                Ok(Some(f)) => f,
-                _ => return,
-            };
-            let Ok(r) = serde_json::from_slice::<Reply>(frame) else { return };
-            if let Some(id) = r.id {
-                let a = conn.pending.lock().remove(&id);
-                if let Some((a, _)) = a {
-                    if matches!(a, Answer::Publish(_)) {
-                        conn.publishing.fetch_sub(1, Ordering::AcqRel);
-                    }
-                    let v = match r.err {
-                        Some(e) => Err(e.into()),
-                        None => Ok(r.ok.map(|v| v.get().as_bytes()).unwrap_or(b"null").to_vec().into_boxed_slice()),
-                    };
-                    a.give(v);
+    async fn read_loop(self: &Arc<Self>, source: Source, conn: &Arc<Conn>) {
+        match source {
+            Source::Stream(mut reader) => loop {
+                // Before waiting for more: publishes held back for this
+                // moment leave now (an answer or event was just read).
+                if !reader.has_frame() {
+                    conn.sink.uncork();
                 }
-                continue;
-            }
-            match r.ev.as_deref() {
-                Some("msg") => {
-                    let Some(sub) = r.sub.and_then(|id| self.subs.lock().get(&id).cloned()) else { continue };
-                    let msg = Msg {
-                        branch: Arc::from(r.branch.unwrap_or_default()),
-                        seq: r.seq.unwrap_or(0),
-                        data: r.data.map(|d| d.get().as_bytes()).unwrap_or(b"null").to_vec().into_boxed_slice(),
-                    };
-                    sub.note_position(self.epoch(), r.next);
-                    sub.inbox.push(Event::Message(Arc::new(msg)));
+                let frame = match reader.next().await {
+                    Ok(Some(f)) => f,
+                    _ => return,
+                };
+                if !self.dispatch(conn, frame) {
+                    return;
                 }
-                Some("missed") => {
-                    let Some(sub) = r.sub.and_then(|id| self.subs.lock().get(&id).cloned()) else { continue };
-                    sub.note_position(self.epoch(), r.next);
-                    if let Some(m) = r.missed {
-                        sub.inbox.push(Event::Missed(m));
+            },
+            Source::Shared(_) => {
+                let shared = conn.shared.clone().expect("a shared source has its reader");
+                loop {
+                    conn.sink.uncork();
+                    let mut side = shared.take().await;
+                    let ended = self.dispatch_all(conn, &mut side);
+                    shared.put_back(side);
+                    if ended {
+                        return;
                     }
                 }
-                Some("end") => {
-                    if let Some(sub) = r.sub.and_then(|id| self.subs.lock().get(&id).cloned()) {
-                        sub.inbox.end();
-                    }
-                }
-                Some("lost") => {
-                    if let Some(l) = r.lease.and_then(|id| self.leases.lock().get(&id).cloned()) {
-                        l.mark_lost(r.message.unwrap_or_else(|| "the store says the lease was lost".into()));
-                    }
-                }
-                _ => {}
             }
         }
+    }
+
+    /// Dispatches the whole frames read so far; true when the connection
+    /// ended or sent something that is not a frame of ours.
+    fn dispatch_all(&self, conn: &Arc<Conn>, side: &mut Side) -> bool {
+        while let Some(f) = side.frame() {
+            match f {
+                Ok((a, n)) => {
+                    if !self.dispatch(conn, &side.buf[a..a + n]) {
+                        side.ended = true;
+                    }
+                }
+                Err(_) => side.ended = true,
+            }
+            if side.ended {
+                break;
+            }
+        }
+        side.compact();
+        side.ended
+    }
+
+    /// Gives an answer to its caller or an event to its subscription or
+    /// lease; false for a frame that is not a reply.
+    fn dispatch(&self, conn: &Arc<Conn>, frame: &[u8]) -> bool {
+        let Ok(r) = serde_json::from_slice::<Reply>(frame) else { return false };
+        if let Some(id) = r.id {
+            let a = conn.pending.lock().remove(&id);
+            if let Some((a, _)) = a {
+                if matches!(a, Answer::Publish(_)) {
+                    conn.publishing.fetch_sub(1, Ordering::AcqRel);
+                }
+                let v = match r.err {
+                    Some(e) => Err(e.into()),
+                    None => Ok(r.ok.map(|v| v.get().as_bytes()).unwrap_or(b"null").to_vec().into_boxed_slice()),
+                };
+                a.give(v);
+            }
+            return true;
+        }
+        match r.ev.as_deref() {
+            Some("msg") => {
+                let Some(sub) = r.sub.and_then(|id| self.subs.lock().get(&id).cloned()) else { return true };
+                let msg = Msg {
+                    branch: Arc::from(r.branch.unwrap_or_default()),
+                    seq: r.seq.unwrap_or(0),
+                    data: r.data.map(|d| d.get().as_bytes()).unwrap_or(b"null").to_vec().into_boxed_slice(),
+                };
+                sub.note_position(self.epoch(), r.next);
+                sub.inbox.push(Event::Message(Arc::new(msg)));
+            }
+            Some("missed") => {
+                let Some(sub) = r.sub.and_then(|id| self.subs.lock().get(&id).cloned()) else { return true };
+                sub.note_position(self.epoch(), r.next);
+                if let Some(m) = r.missed {
+                    sub.inbox.push(Event::Missed(m));
+                }
+            }
+            Some("end") => {
+                if let Some(sub) = r.sub.and_then(|id| self.subs.lock().get(&id).cloned()) {
+                    sub.inbox.end();
+                }
+            }
+            Some("lost") => {
+                if let Some(l) = r.lease.and_then(|id| self.leases.lock().get(&id).cloned()) {
+                    l.mark_lost(r.message.unwrap_or_else(|| "the store says the lease was lost".into()));
+                }
+            }
+            _ => {}
+        }
+        true
     }
 
     fn current(&self) -> Result<Arc<Conn>> {
@@ -376,8 +662,16 @@ impl Client {
     }
 
     async fn call_on(&self, conn: &Arc<Conn>, mut r: Request<'_>) -> Result<Box<[u8]>> {
-        let rx = self.send_on(conn, &mut r, true)?.expect("an answer is awaited");
-        rx.await.unwrap_or_else(|_| Err(disconnected()))
+        let mut rx = self.send_on(conn, &mut r, true)?.expect("an answer is awaited");
+        std::future::poll_fn(|cx| {
+            let p = std::pin::Pin::new(&mut rx).poll(cx);
+            if p.is_pending() {
+                runtime::want_lead(|| conn.lead());
+            }
+            p
+        })
+        .await
+        .unwrap_or_else(|_| Err(disconnected()))
     }
 
     /// Sends without waiting; gives the receiver of the answer when `answer`.
@@ -433,7 +727,7 @@ impl Client {
     }
 
     /// Sends a publish now; the receiver gets the store's answer.
-    pub(crate) fn publish_send(&self, channel: &str, branch: &[Key], data: &[u8]) -> Result<oneshot::Receiver<Result<Box<[u8]>>>> {
+    pub(crate) fn publish_send(&self, channel: &str, branch: &[Key], data: &[u8]) -> Result<(oneshot::Receiver<Result<Box<[u8]>>>, Option<Arc<dyn runtime::Lead>>)> {
         let raw = raw_json(data)?;
         let mut r = Request::new(0, "publish");
         r.channel = Some(channel.to_owned());
@@ -446,7 +740,7 @@ impl Client {
             conn.publishing.fetch_sub(1, Ordering::AcqRel);
             return Err(e);
         }
-        Ok(rx)
+        Ok((rx, conn.lead()))
     }
 
     pub(crate) async fn subscribe(self: &Arc<Self>, channel: &str, branch: &[Key], scope: Scope) -> Result<Arc<RemoteSub>> {
@@ -687,7 +981,12 @@ impl RemoteSub {
     }
 
     pub(crate) fn read(&self, cx: Option<&mut Context<'_>>) -> Poll<Option<Event>> {
-        self.inbox.read(cx)
+        let waiting = cx.is_some();
+        let p = self.inbox.read(cx);
+        if waiting && p.is_pending() {
+            runtime::want_lead(|| self.client.upgrade()?.current().ok()?.lead());
+        }
+        p
     }
 
     pub(crate) fn is_ended(&self) -> bool {

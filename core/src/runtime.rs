@@ -5,10 +5,13 @@
 //! forks before opening a store forks no engine threads. Threads do not
 //! survive `fork()`: open stores in the child, not before forking.
 
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Instant;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::runtime::{Handle, Runtime};
@@ -41,9 +44,82 @@ where
 
 /// Blocks the calling thread until `fut` completes, with the engine's runtime
 /// entered so timers work. Must not be called from inside an async task.
+///
+/// While `fut` waits on a connection's answer, this thread reads that
+/// connection itself (see [`Lead`]) for a short while before it parks: the
+/// kernel then wakes it directly when the answer comes, instead of waking a
+/// runtime thread that would wake it in turn (on these machines each
+/// wake-up of an idle core costs as much as a round trip).
 pub fn block_on<F: Future>(fut: F) -> F::Output {
     let _guard = handle().enter();
-    futures::executor::block_on(fut)
+    let signal = Arc::new(Signal { woken: AtomicBool::new(false), thread: std::thread::current() });
+    let waker = Waker::from(signal.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    let outer = IN_BLOCK_ON.replace(true);
+    let _restore = Restore(outer);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        if let Some(lead) = LEAD.take()
+            && !signal.woken.load(Ordering::Acquire)
+        {
+            lead.lead(&|| signal.woken.load(Ordering::Acquire), LEAD_WINDOW);
+        }
+        while !signal.woken.swap(false, Ordering::AcqRel) {
+            std::thread::park();
+        }
+    }
+}
+
+/// How long a blocked thread reads its connection before it parks.
+const LEAD_WINDOW: Duration = Duration::from_millis(20);
+
+struct Restore(bool);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        IN_BLOCK_ON.set(self.0);
+        LEAD.take();
+    }
+}
+
+struct Signal {
+    woken: AtomicBool,
+    thread: std::thread::Thread,
+}
+
+impl Wake for Signal {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.woken.swap(true, Ordering::AcqRel) {
+            self.thread.unpark();
+        }
+    }
+}
+
+/// A connection a blocked thread may read while it waits.
+pub(crate) trait Lead: Send + Sync {
+    /// Reads and dispatches what comes until `done()` or `window` passed.
+    fn lead(&self, done: &dyn Fn() -> bool, window: Duration);
+}
+
+thread_local! {
+    static IN_BLOCK_ON: Cell<bool> = const { Cell::new(false) };
+    static LEAD: RefCell<Option<Arc<dyn Lead>>> = const { RefCell::new(None) };
+}
+
+/// Called by a future about to return `Pending` for an answer on `conn`:
+/// a [`block_on`] polling it will read the connection before parking.
+pub(crate) fn want_lead(conn: impl FnOnce() -> Option<Arc<dyn Lead>>) {
+    if IN_BLOCK_ON.get()
+        && let Some(l) = conn()
+    {
+        LEAD.set(Some(l));
+    }
 }
 
 /// Something to do at an instant, run by [`Timers`]' one task. It must not

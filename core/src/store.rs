@@ -421,7 +421,7 @@ impl Store {
             Ok(()) => match &self.inner.backend {
                 Backend::Owned(o) => PublishState::Done(Some(o.channels.publish(channel, branch, data).map(|_| ()))),
                 Backend::Connected(c) => match crate::channels::check_message(&data).and_then(|_| c.publish_send(channel, branch, &data)) {
-                    Ok(rx) => PublishState::Waiting(rx),
+                    Ok((rx, lead)) => PublishState::Waiting(rx, lead),
                     Err(e) => PublishState::Done(Some(Err(e))),
                 },
             },
@@ -535,7 +535,8 @@ pub struct Publish(PublishState);
 
 enum PublishState {
     Done(Option<Result<()>>),
-    Waiting(tokio::sync::oneshot::Receiver<Result<Box<[u8]>>>),
+    /// The store's answer to come, and the connection it comes on.
+    Waiting(tokio::sync::oneshot::Receiver<Result<Box<[u8]>>>, Option<Arc<dyn runtime::Lead>>),
 }
 
 impl Publish {
@@ -544,7 +545,7 @@ impl Publish {
     pub fn wait(self) -> Result<()> {
         match self.0 {
             PublishState::Done(r) => r.unwrap_or(Ok(())),
-            PublishState::Waiting(_) => runtime::block_on(self),
+            PublishState::Waiting(..) => runtime::block_on(self),
         }
     }
 }
@@ -554,10 +555,16 @@ impl std::future::Future for Publish {
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<()>> {
         match &mut self.0 {
             PublishState::Done(r) => std::task::Poll::Ready(r.take().unwrap_or(Ok(()))),
-            PublishState::Waiting(rx) => std::pin::Pin::new(rx).poll(cx).map(|r| match r {
-                Ok(r) => r.map(|_| ()),
-                Err(_) => Err(Error::new(ErrorKind::Closed, "disconnected from the store before it answered: the message may or may not have been published")),
-            }),
+            PublishState::Waiting(rx, lead) => {
+                let p = std::pin::Pin::new(rx).poll(cx);
+                if p.is_pending() {
+                    runtime::want_lead(|| lead.clone());
+                }
+                p.map(|r| match r {
+                    Ok(r) => r.map(|_| ()),
+                    Err(_) => Err(Error::new(ErrorKind::Closed, "disconnected from the store before it answered: the message may or may not have been published")),
+                })
+            }
         }
     }
 }

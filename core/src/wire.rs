@@ -404,6 +404,14 @@ pub(crate) fn split_unix(s: tokio::net::UnixStream) -> std::io::Result<(Box<dyn 
     Ok((Box::new(r), WriteHalf::Unix(UnixWriteHalf(s))))
 }
 
+/// Splits a Unix socket for the client: its read side may be read by a
+/// thread blocked on an answer as well as by the connection's task.
+pub(crate) fn split_unix_shared(s: tokio::net::UnixStream) -> std::io::Result<(std::sync::Arc<std::os::unix::net::UnixStream>, WriteHalf)> {
+    let s = std::sync::Arc::new(s.into_std()?);
+    s.set_nonblocking(true)?;
+    Ok((s.clone(), WriteHalf::Unix(UnixWriteHalf(s))))
+}
+
 /// The read side of a Unix socket, registered for readability only.
 struct UnixReadHalf(tokio::io::unix::AsyncFd<std::sync::Arc<std::os::unix::net::UnixStream>>);
 

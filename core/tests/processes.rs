@@ -371,6 +371,9 @@ fn store_01_lock_03_calls_to_a_frozen_owner_fail_with_timeout_then_work_again() 
     let events = store.channel::<u64>("c").open().unwrap();
     events.under(1).publish(&1).unwrap();
     signal(server.pid(), libc::SIGSTOP);
+    // A stop signal takes effect asynchronously: wait until it has.
+    let stat = format!("/proc/{}/stat", server.pid());
+    assert!(common::eventually(2000, || std::fs::read_to_string(&stat).is_ok_and(|s| s.split(") ").nth(1).is_some_and(|r| r.starts_with('T')))));
     let t = Instant::now();
     let e = events.under(1).publish(&2).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
