@@ -31,6 +31,9 @@ type Reader = FrameReader<Box<dyn tokio::io::AsyncRead + Send + Unpin>>;
 /// Answers awaited, with the instant each request fails unanswered.
 type Pending = HashMap<u64, (Answer, Option<Instant>)>;
 
+/// Where an answer arrives: the `ok` JSON, or the store's error.
+pub(crate) type AnswerRx = oneshot::Receiver<Result<Box<[u8]>>>;
+
 /// Who is waiting for the answer to a request.
 enum Answer {
     Call(oneshot::Sender<Result<Box<[u8]>>>),
@@ -675,7 +678,7 @@ impl Client {
     }
 
     /// Sends without waiting; gives the receiver of the answer when `answer`.
-    fn send_on(&self, conn: &Arc<Conn>, r: &mut Request<'_>, answer: bool) -> Result<Option<oneshot::Receiver<Result<Box<[u8]>>>>> {
+    fn send_on(&self, conn: &Arc<Conn>, r: &mut Request<'_>, answer: bool) -> Result<Option<AnswerRx>> {
         if !answer {
             return self.send_with(conn, r, None, false).map(|_| None);
         }
@@ -727,7 +730,7 @@ impl Client {
     }
 
     /// Sends a publish now; the receiver gets the store's answer.
-    pub(crate) fn publish_send(&self, channel: &str, branch: &[Key], data: &[u8]) -> Result<(oneshot::Receiver<Result<Box<[u8]>>>, Option<Arc<dyn runtime::Lead>>)> {
+    pub(crate) fn publish_send(&self, channel: &str, branch: &[Key], data: &[u8]) -> Result<(AnswerRx, Option<Arc<dyn runtime::Lead>>)> {
         let raw = raw_json(data)?;
         let mut r = Request::new(0, "publish");
         r.channel = Some(channel.to_owned());
@@ -994,10 +997,10 @@ impl RemoteSub {
     }
 
     pub(crate) fn stop(&self) {
-        if self.inbox.stop() {
-            if let Some(c) = self.client.upgrade() {
-                c.unsubscribe(self.id);
-            }
+        if self.inbox.stop()
+            && let Some(c) = self.client.upgrade()
+        {
+            c.unsubscribe(self.id);
         }
     }
 }

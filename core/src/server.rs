@@ -84,8 +84,8 @@ struct Outbox {
     sink: Arc<Sink>,
     last_heard: Mutex<Instant>,
     closed: AtomicBool,
-    /// Holds waiting in line, by hold id: the lock, key and waiter id.
-    waits: Mutex<HashMap<u64, (Arc<Table>, Key, u64)>>,
+    /// Holds waiting in line, by hold id.
+    waits: Mutex<HashMap<u64, InLine>>,
 }
 
 impl Outbox {
@@ -109,6 +109,9 @@ impl Outbox {
         self.sink.close();
     }
 }
+
+/// A hold waiting in line: its lock, key and waiter id.
+type InLine = (Arc<Table>, Key, u64);
 
 fn answer_ok<T: serde::Serialize>(out: &Outbox, id: u64, v: &T) {
     let raw = serde_json::value::to_raw_value(v).expect("answers serialize");
