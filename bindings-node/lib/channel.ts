@@ -1,4 +1,5 @@
-import { now, settle } from './errors'
+import * as check from './check'
+import { now } from './errors'
 import { encode, type Message, type Missed } from './message'
 import type { NativeStore } from './native'
 import { MessageIterator, Subscription, type SubscribeOptions } from './subscription'
@@ -29,9 +30,12 @@ export class Branch<T> implements AsyncIterable<Message<T>> {
    * The branch `key` below this one.
    *
    * @param key - Text of 1 to 1,024 bytes, or an integer; `7` and `'7'` are one branch.
+   * @throws {@link InvalidError} when `key` is not a string, number or bigint
+   * (its length, or a number that is not a safe integer, is refused at the
+   * first publish or subscribe).
    */
   under(key: Key): Branch<T> {
-    return new Branch<T>(this.store, this.name, [...this.path, key])
+    return new Branch<T>(this.store, this.name, [...this.path, check.key(key)])
   }
 
   /**
@@ -56,10 +60,15 @@ export class Branch<T> implements AsyncIterable<Message<T>> {
    *
    * @param handler - Called with each message. What it throws goes to `onError`.
    * @param options - `onMissed`, `onError`, and `recursive` for the branches below too.
-   * @throws {@link LimitError} past 10,000 subscriptions in the store; {@link ClosedError}.
+   * @throws {@link LimitError} past 10,000 subscriptions in the store;
+   * {@link InvalidError} when `handler` (or `onMissed`, `onError`) is not a
+   * function, or a key of the branch is out of rule; {@link ClosedError}.
    */
   async subscribe(handler: (m: Message<T>) => unknown, options: SubscribeOptions = {}): Promise<Subscription> {
-    const native = await settle(this.store.subscribe(this.name, this.path as Key[], options.recursive ?? false))
+    check.fn('a subscription\'s handler', handler, '(m) => console.log(m.value)')
+    check.optionalFn('onMissed', options?.onMissed)
+    check.optionalFn('onError', options?.onError)
+    const native = await now(() => this.store.subscribe(this.name, this.path as Key[], options?.recursive ?? false))
     return new Subscription(native, handler as (m: Message<unknown>) => unknown, options)
   }
 
@@ -70,8 +79,9 @@ export class Branch<T> implements AsyncIterable<Message<T>> {
    * @param options - `onMissed`, and `recursive` for the branches below too.
    */
   messages(options: Pick<SubscribeOptions, 'onMissed' | 'recursive'> = {}): MessageIterator<T> {
+    check.optionalFn('onMissed', options?.onMissed)
     return new MessageIterator<T>(
-      () => settle(this.store.subscribe(this.name, this.path as Key[], options.recursive ?? false)),
+      () => now(() => this.store.subscribe(this.name, this.path as Key[], options?.recursive ?? false)),
       options.onMissed,
     )
   }

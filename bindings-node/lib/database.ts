@@ -1,5 +1,6 @@
 import type { Branch } from './channel'
-import { settle } from './errors'
+import * as check from './check'
+import { InvalidError, now, settle } from './errors'
 import { encode } from './message'
 import type { NativeDatabase, NativeDone, NativeRows, NativeTx } from './native'
 import type { Key } from './types'
@@ -35,10 +36,28 @@ export interface Done {
 /** A statement: text with a `?` per parameter, or a tagged template. */
 export type Statement = string | TemplateStringsArray
 
+/** True for what SQLite can bind (`NaN` and infinities: refused by the native layer). */
+function bindable(p: unknown): boolean {
+  const t = typeof p
+  return p === null || t === 'undefined' || t === 'boolean' || t === 'number' || t === 'bigint' || t === 'string' || p instanceof Uint8Array
+}
+
 /** The text and parameters of a call `(sql, ...params)` or of a tagged template. */
 function statement(sql: Statement, params: SqlParam[]): [string, SqlParam[]] {
+  for (const p of params) {
+    if (!bindable(p)) {
+      throw new InvalidError(
+        `a SQL parameter is null, a boolean, a number, a bigint, text or bytes (a Uint8Array); got ${check.describe(p)}` +
+          (typeof p === 'object' ? ': bind JSON.stringify(value) to store an object as text' : ''),
+      )
+    }
+  }
+  if (typeof sql === 'string') return [sql, params]
   // A template's ${} values become bound parameters, never text.
-  return typeof sql === 'string' ? [sql, params] : [sql.join('?'), params]
+  if (Array.isArray(sql) && Array.isArray((sql as TemplateStringsArray).raw)) return [sql.join('?'), params]
+  throw new InvalidError(
+    `a SQL statement is text or a tagged template, like db.query('select * from notes where id = ?', id); got ${check.describe(sql)}`,
+  )
 }
 
 function done(d: NativeDone): Done {
@@ -70,7 +89,8 @@ abstract class Statements {
    * {@link ClosedError}.
    */
   async exec(sql: Statement, ...params: SqlParam[]): Promise<Done> {
-    return done(await settle(this.target.exec(...statement(sql, params))))
+    const [text, bound] = statement(sql, params)
+    return done(await now(() => this.target.exec(text, bound)))
   }
 
   /**
@@ -81,7 +101,8 @@ abstract class Statements {
    * @returns The rows, each an object of its values by column name.
    */
   async query<R = Row>(sql: Statement, ...params: SqlParam[]): Promise<R[]> {
-    return rows<R>(await settle(this.target.query(...statement(sql, params))))
+    const [text, bound] = statement(sql, params)
+    return rows<R>(await now(() => this.target.query(text, bound)))
   }
 }
 
@@ -113,6 +134,7 @@ export class Database extends Statements {
    * timeout; {@link SqlError} when the commit failed.
    */
   async tx<R>(fn: (tx: Tx) => R | PromiseLike<R>): Promise<R> {
+    check.fn('the work given to db.tx', fn, 'async (tx) => { ... }')
     const native = await settle(this.target.begin())
     let value: R
     try {
@@ -162,9 +184,9 @@ export class TxBranch<T> {
     this.#path = path
   }
 
-  /** The branch `key` below this one. */
+  /** The branch `key` below this one; an {@link InvalidError} for a key not a string, number or bigint. */
   under(key: Key): TxBranch<T> {
-    return new TxBranch<T>(this.#tx, this.#name, [...this.#path, key])
+    return new TxBranch<T>(this.#tx, this.#name, [...this.#path, check.key(key)])
   }
 
   /**
@@ -173,6 +195,7 @@ export class TxBranch<T> {
    * @throws {@link LimitError} (over 1 MiB) or {@link InvalidError} now.
    */
   async publish(value: T): Promise<void> {
-    await settle(this.#tx.publish(this.#name, this.#path as Key[], encode(value)))
+    const json = encode(value)
+    await now(() => this.#tx.publish(this.#name, this.#path as Key[], json))
   }
 }

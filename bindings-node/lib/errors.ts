@@ -185,12 +185,71 @@ const classes: Record<ErrorCode, new (message: string) => TinyStoreError> = {
 // The native layer sends each engine error as `tinystore:<code>:<message>`.
 const NATIVE = /^tinystore:([a-z]+):/
 
+// napi's own statuses for a JavaScript value it could not convert.
+const CONVERSION = new Set([
+  'InvalidArg',
+  'ObjectExpected',
+  'StringExpected',
+  'NameExpected',
+  'FunctionExpected',
+  'NumberExpected',
+  'BooleanExpected',
+  'ArrayExpected',
+  'BigintExpected',
+  'DateExpected',
+  'ArrayBufferExpected',
+])
+
+// napi's wording: "Failed to convert JavaScript value `Number 42 ` into rust type `String`".
+const FAILED = /^Failed to convert JavaScript value `(\w+)\s*(.*?)\s*` into rust type `(.+?)`/
+// ... and "Value is none of these types `String`, `f64`, `BigInt`, ".
+const NONE_OF = /^Value is none of these types (.*)$/
+
+const RUST_TYPES: Record<string, string> = {
+  String: 'text',
+  f64: 'a number',
+  f32: 'a number',
+  u32: 'a whole number',
+  i32: 'a whole number',
+  i64: 'a whole number',
+  bool: 'a boolean',
+  BigInt: 'a bigint',
+  null: 'null',
+  undefined: 'undefined',
+}
+
+/** napi's conversion message in JavaScript's words. */
+function conversion(message: string): string {
+  const what = (t: string) => RUST_TYPES[t] ?? (t.startsWith('TypedArray') || t === 'Buffer' ? 'bytes (a Uint8Array)' : t)
+  const failed = FAILED.exec(message)
+  if (failed) {
+    const [, kind, value, rust] = failed
+    const got = kind === 'Undefined' || kind === 'Null' ? kind.toLowerCase() : `the ${kind!.toLowerCase()} ${value}`.trim()
+    return `expected ${what(rust!)}; got ${got}`
+  }
+  const none = NONE_OF.exec(message)
+  if (none) {
+    const types = [...none[1]!.matchAll(/`([^`]+)`/g)].map((m) => what(m[1]!))
+    return `expected one of: ${types.join(', ')}`
+  }
+  return message
+}
+
 /** The {@link TinyStoreError} for an error thrown by the native layer; any other value unchanged. */
 export function fromNative(e: unknown): unknown {
   if (!(e instanceof Error)) return e
   const m = NATIVE.exec(e.message)
   const cls = m ? classes[m[1] as ErrorCode] : undefined
-  return cls && m ? new cls(e.message.slice(m[0].length)) : e
+  if (cls && m) return new cls(e.message.slice(m[0].length))
+  // The TypeScript layer checks types first; this catches what it missed.
+  const status = (e as { code?: unknown }).code
+  if (typeof status === 'string' && CONVERSION.has(status)) {
+    return new InvalidError(
+      `a value of the wrong type: ${conversion(e.message)}; pass what the declarations of tinystore say`,
+      { cause: e },
+    )
+  }
+  return e
 }
 
 /** Runs a native call, turning its error into a {@link TinyStoreError}. */

@@ -1,3 +1,4 @@
+import * as check from './check'
 import { InvalidError, now, sync } from './errors'
 import { currentHolder, Lease, Permit, runUnder } from './lease'
 import type { NativeLease, NativeLock, NativeStore } from './native'
@@ -69,8 +70,11 @@ abstract class Holdable<L extends Permit> {
    * inside a hold of the same key); {@link InvalidError}; {@link ClosedError}.
    */
   async hold<R>(key: Key, fn: (lease: L) => R | PromiseLike<R>, options: HoldOptions = {}): Promise<R> {
+    check.key(key)
+    check.fn('the work given to hold', fn, 'async (lease) => { ... }')
+    const wait = check.duration('wait', options?.wait)
     const holder = currentHolder()
-    const held = await now(() => this.native.acquire(key, holder, options.wait))
+    const held = await now(() => this.native.acquire(key, holder, wait))
     return runUnder(held, holder, (n) => this.make(n), fn)
   }
 
@@ -82,6 +86,8 @@ abstract class Holdable<L extends Permit> {
    * @throws As {@link Holdable.hold}, without {@link TimeoutError}.
    */
   async tryHold<R>(key: Key, fn: (lease: L) => R | PromiseLike<R>): Promise<TryHoldResult<R>> {
+    check.key(key)
+    check.fn('the work given to tryHold', fn, 'async (lease) => { ... }')
     const holder = currentHolder()
     const held = await now(() => this.native.tryAcquire(key, holder))
     if (!held) return { acquired: false }
@@ -111,17 +117,27 @@ export class Semaphore extends Holdable<Permit> {
   }
 }
 
+/** The durations of `o`, their types checked (the engine checks their values). */
+function durations(o: LockOptions): [Duration | undefined, Duration | undefined, Duration | undefined] {
+  return [check.duration('ttl', o.ttl), check.duration('maxHold', o.maxHold), check.duration('wait', o.wait)]
+}
+
 /** @internal A lock handle, checked by the engine now. */
-export function makeLock(store: NativeStore, name: string, o: LockOptions): Lock {
-  return new Lock(sync(() => store.lock(name, o.ttl, o.maxHold, o.wait)))
+export function makeLock(store: NativeStore, name: string, o: LockOptions | null | undefined): Lock {
+  check.name('lock', name, 'summaries')
+  const [ttl, maxHold, wait] = durations(o ?? {})
+  return new Lock(sync(() => store.lock(name, ttl, maxHold, wait)))
 }
 
 /** @internal A semaphore handle, checked by the engine now. */
 export function makeSemaphore(store: NativeStore, name: string, o: SemaphoreOptions): Semaphore {
+  check.name('semaphore', name, 'exports')
   if (o === undefined || o === null || typeof o.limit !== 'number') {
-    throw new InvalidError(`a semaphore needs its limit, a whole number of permits: store.semaphore('${name}', { limit: 3 })`)
+    const got = o === undefined || o === null ? 'no options' : `limit: ${check.describe(o.limit)}`
+    throw new InvalidError(`a semaphore needs its limit, a whole number of permits: store.semaphore('${name}', { limit: 3 }); got ${got}`)
   }
-  return new Semaphore(sync(() => store.semaphore(name, o.limit, o.ttl, o.maxHold, o.wait)))
+  const [ttl, maxHold, wait] = durations(o)
+  return new Semaphore(sync(() => store.semaphore(name, o.limit, ttl, maxHold, wait)))
 }
 
 export { Lease, Permit }

@@ -1,3 +1,4 @@
+import { describe } from './check'
 import { InvalidError } from './errors'
 
 /** A message as a subscriber gets it. */
@@ -29,14 +30,15 @@ export function encode(value: unknown): string {
   try {
     json = JSON.stringify(value)
   } catch (e) {
+    const why = e instanceof Error ? e.message : String(e)
     throw new InvalidError(
-      `a message is a value JSON can carry (no bigint, no cycles): ${(e as Error).message}`,
+      `a message is a value JSON can carry: ${why}. Turn bigints into strings or numbers and break cycles before publishing`,
       { cause: e },
     )
   }
   if (json === undefined) {
     throw new InvalidError(
-      `a message is a value JSON can carry, like { kind: 'message', id: 7 }; got ${typeof value}`,
+      `a message is a value JSON can carry, like { kind: 'message', id: 7 }; got ${describe(value)}`,
     )
   }
   return json

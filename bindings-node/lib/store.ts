@@ -1,6 +1,7 @@
 import { Channel } from './channel'
+import * as check from './check'
 import { Database } from './database'
-import { settle, sync } from './errors'
+import { InvalidError, now, sync } from './errors'
 import { makeLock, makeSemaphore, type Lock, type LockOptions, type Semaphore, type SemaphoreOptions } from './lock'
 import { native, type NativeStore } from './native'
 
@@ -23,10 +24,12 @@ export interface DatabaseOptions {
  *
  * @param dir - The store directory, like `'data'`.
  * @throws {@link IoError} when the directory cannot be made, locked or
- * reached; {@link SqlError} when its `kv.db` is unreadable.
+ * reached; {@link SqlError} when its `kv.db` is unreadable;
+ * {@link InvalidError} when `dir` is not a string.
  */
 export async function open(dir: string): Promise<Store> {
-  return new Store(await settle(native.NativeStore.open(dir)))
+  check.text('a store directory', dir, "'data'")
+  return new Store(await now(() => native.NativeStore.open(dir)))
 }
 
 /**
@@ -35,7 +38,8 @@ export async function open(dir: string): Promise<Store> {
  * API as an owned store.
  */
 export async function connect(address: string): Promise<Store> {
-  return new Store(await settle(native.NativeStore.connect(address)))
+  check.text('an address', address, "'unix:PATH', 'tcp:HOST:PORT' or 'tls:HOST:PORT'")
+  return new Store(await now(() => native.NativeStore.connect(address)))
 }
 
 /**
@@ -57,6 +61,7 @@ export class Store {
    * @throws {@link InvalidError} for a name out of rule; {@link ClosedError}.
    */
   channel<T = unknown>(name: string): Channel<T> {
+    check.name('channel', name, 'chat-events')
     sync(() => this.#native.checkChannel(name))
     return new Channel<T>(this.#native, name)
   }
@@ -94,7 +99,12 @@ export class Store {
    * applied) or an applied one was edited; {@link InvalidError}; {@link IoError}.
    */
   async database(name: string, options: DatabaseOptions = {}): Promise<Database> {
-    return new Database(await settle(this.#native.database(name, options.migrations)))
+    check.name('database', name, 'chat')
+    const migrations = options?.migrations
+    if (migrations !== undefined && typeof migrations !== 'string') {
+      throw new InvalidError(`migrations is the path of a folder of numbered .sql files, like 'migrations'; got ${check.describe(migrations)}`)
+    }
+    return new Database(await now(() => this.#native.database(name, migrations)))
   }
 
   /**

@@ -29,13 +29,24 @@ pub type JsSqlValue = Either5<Null, f64, BigInt, String, Buffer>;
 /// The largest integer a JavaScript number carries exactly.
 const MAX_SAFE: i64 = (1 << 53) - 1;
 
+/// A number as JavaScript writes it (`NaN`, `Infinity`, `1.5`), for messages.
+pub fn js_number(n: f64) -> String {
+    match n {
+        _ if n.is_nan() => "NaN".to_owned(),
+        f64::INFINITY => "Infinity".to_owned(),
+        f64::NEG_INFINITY => "-Infinity".to_owned(),
+        _ => n.to_string(),
+    }
+}
+
 /// A key: integers are their decimal text, so `7`, `7n` and `"7"` are one key.
 pub fn key(k: JsKey) -> napi::Result<Key> {
     match k {
         Either3::A(s) => Ok(Key::from(s)),
         Either3::B(n) if n.fract() == 0.0 && n.abs() <= MAX_SAFE as f64 => Ok(Key::from(n as i64)),
         Either3::B(n) => Err(invalid(format!(
-            "a key is a string or an integer, like 42 or \"chat-42\"; got the number {n}"
+            "a key is a string or an integer, like 42 or 'chat-42'; got the number {}",
+            js_number(n)
         ))),
         Either3::C(b) => {
             let (negative, value, lossless) = b.get_u128();
@@ -52,28 +63,38 @@ pub fn keys(path: Vec<JsKey>) -> napi::Result<Vec<Key>> {
     path.into_iter().map(key).collect()
 }
 
-/// A duration: text is read by the engine (`"250ms"`, `"30s"`, `"2m"`, `"1h"`).
-pub fn duration(d: JsDuration) -> napi::Result<Duration> {
+/// A duration, the option `what` (`ttl`, `wait`, ...): text is read by the
+/// engine (`"250ms"`, `"30s"`, `"2m"`, `"1h"`); a number is milliseconds,
+/// finite and not negative.
+pub fn duration(what: &str, d: JsDuration) -> napi::Result<Duration> {
     match d {
         Either::A(text) => tinystore::limits::parse_duration(&text).napi(),
         Either::B(ms) if ms.is_finite() && ms >= 0.0 => Ok(Duration::from_secs_f64(ms / 1000.0)),
         Either::B(ms) => Err(invalid(format!(
-            "a duration is a number of milliseconds or text like \"30s\"; got {ms}"
+            "{what} is a duration: text like '30s' or a finite number of milliseconds (0 or more), like 30000; got {}",
+            js_number(ms)
         ))),
     }
 }
 
-/// An optional duration.
-pub fn opt_duration(d: Option<JsDuration>) -> napi::Result<Option<Duration>> {
-    d.map(duration).transpose()
+/// An optional duration (see [`duration`]).
+pub fn opt_duration(what: &str, d: Option<JsDuration>) -> napi::Result<Option<Duration>> {
+    d.map(|d| duration(what, d)).transpose()
 }
 
 /// A SQL parameter: `undefined` binds as null, a boolean as 0 or 1, an
-/// integer number as an integer, any other number as a real.
+/// integer number as an integer, any other finite number as a real. `NaN`
+/// and infinities are refused: SQLite would store NaN as null, silently.
 pub fn sql_param(p: JsSqlParam) -> napi::Result<SqlValue> {
     Ok(match p {
         Either7::A(_) | Either7::B(_) => SqlValue::Null,
         Either7::C(b) => SqlValue::Integer(b as i64),
+        Either7::D(n) if !n.is_finite() => {
+            return Err(invalid(format!(
+                "a SQL parameter is a finite number; got {}: bind null for no value",
+                js_number(n)
+            )));
+        }
         Either7::D(n) if n.fract() == 0.0 && n.abs() <= MAX_SAFE as f64 => SqlValue::Integer(n as i64),
         Either7::D(n) => SqlValue::Real(n),
         Either7::E(b) => {

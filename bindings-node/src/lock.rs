@@ -89,7 +89,7 @@ impl NativeLock {
     ) -> napi::Result<Either<NativeLease, PromiseRaw<'env, NativeLease>>> {
         let key = convert::key(key)?;
         let holder = holder(holder_id)?;
-        let wait = match convert::opt_duration(wait)? {
+        let wait = match convert::opt_duration("wait", wait)? {
             Some(w) => tinystore::limits::check_positive("wait", w).napi()?,
             None => self.opts.wait,
         };

@@ -125,7 +125,10 @@ impl NativeStore {
         if limit.fract() != 0.0 || !(1.0..=u32::MAX as f64).contains(&limit) {
             return Err(tinystore::Error::new(
                 tinystore::ErrorKind::Invalid,
-                format!("a semaphore's limit is a whole number from 1 to 4294967295, like 3; got {limit}"),
+                format!(
+                    "a semaphore's limit is a whole number from 1 to 4294967295, like {{ limit: 3 }}; got {}",
+                    convert::js_number(limit)
+                ),
             ))
             .napi();
         }
@@ -165,9 +168,9 @@ impl NativeStore {
 fn options(ttl: Option<JsDuration>, max_hold: Option<JsDuration>, wait: Option<JsDuration>) -> napi::Result<LockOptions> {
     let d = LockOptions::default();
     LockOptions {
-        ttl: convert::opt_duration(ttl)?.unwrap_or(d.ttl),
-        max_hold: convert::opt_duration(max_hold)?,
-        wait: convert::opt_duration(wait)?.unwrap_or(d.wait),
+        ttl: convert::opt_duration("ttl", ttl)?.unwrap_or(d.ttl),
+        max_hold: convert::opt_duration("maxHold", max_hold)?,
+        wait: convert::opt_duration("wait", wait)?.unwrap_or(d.wait),
     }
     .check()
     .napi()

@@ -1,0 +1,73 @@
+/**
+ * The types of values JavaScript callers pass, checked before they cross to
+ * the native layer, so a wrong one is an {@link InvalidError} saying what was
+ * expected and what came, rather than napi's conversion error. Ranges (key
+ * lengths, finite numbers, durations' text) are checked by the engine.
+ *
+ * @internal
+ * @module
+ */
+import { InvalidError } from './errors'
+import type { Duration, Key } from './types'
+
+/** What `v` is, for a message: `the number 42`, `an object`, `undefined`. */
+export function describe(v: unknown): string {
+  if (v === null) return 'null'
+  if (Array.isArray(v)) return 'an array'
+  switch (typeof v) {
+    case 'undefined':
+      return 'undefined'
+    case 'string':
+      return `the string ${JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}...` : v)}`
+    case 'number':
+      return `the number ${v}`
+    case 'bigint':
+      return `the bigint ${v}n`
+    case 'boolean':
+      return `the boolean ${v}`
+    case 'symbol':
+      return 'a symbol'
+    case 'function':
+      return 'a function'
+    default: {
+      const name = (v as object).constructor?.name
+      return name && name !== 'Object' ? `a ${name}` : 'an object'
+    }
+  }
+}
+
+/** `v` as text, else an InvalidError: `${what} is text, like ${example}; got ...`. */
+export function text(what: string, v: unknown, example: string): string {
+  if (typeof v !== 'string') throw new InvalidError(`${what} is text, like ${example}; got ${describe(v)}`)
+  return v
+}
+
+/** A name of a channel, lock, semaphore or database. */
+export function name(kind: string, v: unknown, example: string): string {
+  return text(`a ${kind} name`, v, `'${example}'`)
+}
+
+/** A key of a branch or a hold: text or an integer (the engine checks the rest). */
+export function key(v: unknown): Key {
+  if (typeof v === 'string' || typeof v === 'number' || typeof v === 'bigint') return v
+  throw new InvalidError(`a key is a string or an integer, like 42 or 'chat-42'; got ${describe(v)}`)
+}
+
+/** An optional duration option `what` (`ttl`, `maxHold`, `wait`). */
+export function duration(what: string, v: unknown): Duration | undefined {
+  if (v === undefined || typeof v === 'string' || typeof v === 'number') return v
+  throw new InvalidError(`${what} is a duration: text like '30s' or a number of milliseconds, like 30000; got ${describe(v)}`)
+}
+
+/** A function the caller gives (`what` says which, `example` shows one), else an InvalidError. */
+export function fn<F>(what: string, v: F, example?: string): F {
+  if (typeof v !== 'function') {
+    throw new InvalidError(`${what} is a function${example ? `, like ${example}` : ''}; got ${describe(v)}`)
+  }
+  return v
+}
+
+/** An optional callback option, like `onMissed`. */
+export function optionalFn<F>(what: string, v: F | undefined): F | undefined {
+  return v === undefined ? v : fn(what, v)
+}
