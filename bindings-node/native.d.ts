@@ -68,6 +68,13 @@ export declare class NativeStore {
   get dir(): string
   /** This open's epoch: the high 64 bits of every fence. */
   get epoch(): bigint
+  /**
+   * The store's status as JSON text (`tinystore status --json`), asked of
+   * the owner over a connection; holder ids as text, every digit kept.
+   * Errors: `closed` once the store is closed (never the figures from
+   * before), the owner's errors over a connection.
+   */
+  statusJson(): Promise<string>
   /** Checks a channel name (and that the store is open) when a handle is made. */
   checkChannel(name: string): void
   /**

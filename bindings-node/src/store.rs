@@ -61,6 +61,35 @@ impl NativeStore {
         BigInt::from(self.store.epoch())
     }
 
+    /// The store's status as JSON text (`tinystore status --json`), asked of
+    /// the owner over a connection; holder ids as text, every digit kept.
+    /// Errors: `closed` once the store is closed (never the figures from
+    /// before), the owner's errors over a connection.
+    #[napi]
+    pub async fn status_json(&self) -> napi::Result<String> {
+        let store = self.store.clone();
+        blocking(move || {
+            if store.is_closed() {
+                return Err(tinystore::Error::new(
+                    tinystore::ErrorKind::Closed,
+                    "the store is closed: open or connect again to read its status",
+                ));
+            }
+            let mut v = store.status_json()?;
+            // A holder id uses all 64 bits, past what a JavaScript number keeps.
+            let locks = v.get_mut("locks").and_then(|l| l.as_array_mut());
+            for key in locks.into_iter().flatten() {
+                for h in key.get_mut("holders").and_then(|h| h.as_array_mut()).into_iter().flatten() {
+                    if let Some(id) = h.get_mut("holder").filter(|id| id.is_u64()) {
+                        *id = id.to_string().into();
+                    }
+                }
+            }
+            Ok(v.to_string())
+        })
+        .await
+    }
+
     /// Checks a channel name (and that the store is open) when a handle is made.
     #[napi]
     pub fn check_channel(&self, name: String) -> napi::Result<()> {
