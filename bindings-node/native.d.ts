@@ -58,7 +58,11 @@ export declare class NativeLock {
 export declare class NativeStore {
   /** Opens (creating it if needed) the store directory `dir` and owns it. */
   static open(dir: string): Promise<NativeStore>
-  /** Connects to the store served at `address` (`unix:PATH`, `tcp:HOST:PORT`). */
+  /**
+   * Connects to the store served at `address`: `unix:PATH`,
+   * `tcp:HOST:PORT` (the token in `TINYSTORE_TOKEN`) or `tls:HOST:PORT`
+   * (the token, and the CA's PEM file in `TINYSTORE_CA`).
+   */
   static connect(address: string): Promise<NativeStore>
   /** Ends subscriptions and lets held keys go. Idempotent. */
   close(): void

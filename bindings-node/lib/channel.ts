@@ -58,6 +58,11 @@ export class Branch<T> implements AsyncIterable<Message<T>> {
    * (its newest 1,024 messages or 4 MiB) is told exactly how many it missed
    * through `onMissed`, before its next message.
    *
+   * An active subscription keeps the Node process alive, as a listening
+   * server does: it waits for messages until `await sub.stop()` or
+   * `await store.close()` (which ends every subscription of the store), and
+   * a program that does neither does not exit by itself.
+   *
    * @param handler - Called with each message. What it throws goes to `onError`.
    * @param options - `onMissed`, `onError`, and `recursive` for the branches below too.
    * @throws {@link LimitError} past 10,000 subscriptions in the store;
@@ -75,6 +80,9 @@ export class Branch<T> implements AsyncIterable<Message<T>> {
   /**
    * The messages of this branch as an async iterator, subscribed at the first
    * `next()` (or at `await it.ready()`). Breaking out of `for await` stops it.
+   * Once subscribed, it keeps the Node process alive (see
+   * {@link Branch.subscribe}) until the loop ends, `it.return()`, or
+   * `store.close()`.
    *
    * @param options - `onMissed`, and `recursive` for the branches below too.
    */

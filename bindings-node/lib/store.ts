@@ -33,9 +33,24 @@ export async function open(dir: string): Promise<Store> {
 }
 
 /**
- * Connects to the store another process serves at `address`:
- * `'unix:data/tinystore.sock'`, or `'tcp:HOST:PORT'` with a token. The same
- * API as an owned store.
+ * Connects to the store another process serves at `address`. The same API
+ * as an owned store; the connection comes back by itself after a drop.
+ *
+ * - `'unix:PATH'`: the owner's Unix socket, `'unix:data/tinystore.sock'`
+ *   (owner-only, no token).
+ * - `'tcp:HOST:PORT'`: TCP, with the token in the environment variable
+ *   `TINYSTORE_TOKEN` (`tinystore token new DIR` makes one).
+ * - `'tls:HOST:PORT'`: TCP with TLS, with the token in `TINYSTORE_TOKEN` and
+ *   the PEM file of the CA (or the store's own certificate) in
+ *   `TINYSTORE_CA`; only that CA is trusted, and HOST must be a name or
+ *   address the certificate lists. See "TLS" in `docs/wire.md`.
+ *
+ * @param address - `unix:PATH`, `tcp:HOST:PORT` or `tls:HOST:PORT`.
+ * @throws {@link IoError} when nothing answers at the address;
+ * {@link AuthError} for a missing or wrong token, or a certificate the CA
+ * did not sign; {@link InvalidError} for an address out of form, or `tls:`
+ * without `TINYSTORE_CA`; {@link ProtocolError} for `tcp:` on a TLS port or
+ * `tls:` on a plain one.
  */
 export async function connect(address: string): Promise<Store> {
   check.text('an address', address, "'unix:PATH', 'tcp:HOST:PORT' or 'tls:HOST:PORT'")

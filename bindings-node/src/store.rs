@@ -30,7 +30,9 @@ impl NativeStore {
         Ok(NativeStore { store })
     }
 
-    /// Connects to the store served at `address` (`unix:PATH`, `tcp:HOST:PORT`).
+    /// Connects to the store served at `address`: `unix:PATH`,
+    /// `tcp:HOST:PORT` (the token in `TINYSTORE_TOKEN`) or `tls:HOST:PORT`
+    /// (the token, and the CA's PEM file in `TINYSTORE_CA`).
     #[napi(factory)]
     pub async fn connect(address: String) -> napi::Result<NativeStore> {
         let store = blocking(move || Store::connect(&address)).await?;

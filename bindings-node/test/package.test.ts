@@ -62,7 +62,7 @@ describe('the package', () => {
     await assert.rejects(tinystore.connect('unix:/nowhere.sock'), tinystore.TinyStoreError)
   })
 
-  it('a program whose subscription is stopped and whose store is closed exits by itself', async () => {
+  it('CHAN-05 a program whose subscription is stopped and whose store is closed exits by itself', async () => {
     const dir = tempDir()
     const script = `
       const { open } = require(${JSON.stringify(require.resolve('tinystore'))})
@@ -86,7 +86,7 @@ describe('the package', () => {
     assert.equal(await runChild(script), 0)
   })
 
-  it('a program whose store closes under a live subscription and an iterator exits by itself', async () => {
+  it('CHAN-05 a program whose store closes under a live subscription and an iterator exits by itself (never stopped)', async () => {
     const dir = tempDir()
     const script = `
       const { open } = require(${JSON.stringify(require.resolve('tinystore'))})
@@ -101,5 +101,81 @@ describe('the package', () => {
       })().catch((e) => { console.error(e); process.exit(2) })
     `
     assert.equal(await runChild(script), 0)
+  })
+
+  it('CHAN-05 a connected program whose store closes under a live subscription and an iterator exits by itself (never stopped)', async () => {
+    const dir = tempDir()
+    const owner = await tinystore.open(dir)
+    try {
+      const script = `
+        const { connect } = require(${JSON.stringify(require.resolve('tinystore'))})
+        ;(async () => {
+          const store = await connect(${JSON.stringify(`unix:${join(dir, 'tinystore.sock')}`)})
+          const events = store.channel('chat-events')
+          let got
+          const arrived = new Promise((resolve) => (got = resolve))
+          await events.under(7).subscribe((m) => got(m.value))
+          const it = await events.under(8).messages().ready()
+          const reading = it.next()
+          await events.under(7).publish({ kind: 'message', id: 1 })
+          await arrived
+          await store.close()
+          await reading
+        })().catch((e) => { console.error(e); process.exit(2) })
+      `
+      assert.equal(await runChild(script), 0)
+    } finally {
+      await owner.close()
+    }
+  })
+
+  it('CHAN-05 a live subscription keeps the program running until it is stopped or its store closed, as documented', async () => {
+    const dir = tempDir()
+    const script = `
+      const { open } = require(${JSON.stringify(require.resolve('tinystore'))})
+      ;(async () => {
+        const store = await open(${JSON.stringify(dir)})
+        await store.channel('chat-events').under(7).subscribe(() => {})
+        // Neither sub.stop() nor store.close(): the subscription waits for messages.
+      })().catch((e) => { console.error(e); process.exit(2) })
+    `
+    assert.equal(await runChild(script, 1500), 'hung')
+  })
+
+  it('the declarations document what keeps a process alive and the addresses connect takes', () => {
+    const doc = (file: string, before: RegExp): string => {
+      const text = readFileSync(join(root, 'dist', file), 'utf8')
+      const at = text.search(before)
+      assert.ok(at > 0, `${file}: ${before} is declared`)
+      const start = text.lastIndexOf('/**', at)
+      return text.slice(start, at).replace(/\n\s*\*\s?/g, ' ').replace(/\s+/g, ' ')
+    }
+    const connectDoc = doc('store.d.ts', /export declare function connect\(/)
+    for (const words of ['unix:PATH', 'tcp:HOST:PORT', 'tls:HOST:PORT', 'TINYSTORE_TOKEN', 'TINYSTORE_CA']) {
+      assert.ok(connectDoc.includes(words), `connect's TSDoc mentions ${words}`)
+    }
+    const nativeConnect = readFileSync(join(root, 'native.d.ts'), 'utf8').match(/\/\*\*[^/]*\*\/\s*static connect\(/)?.[0] ?? ''
+    assert.match(nativeConnect, /tls:HOST:PORT/, 'the native declaration of connect too')
+    const subscribeDoc = doc('channel.d.ts', /subscribe\(handler/)
+    assert.match(subscribeDoc, /keeps the Node(\.js)? process (alive|running)/)
+    assert.match(subscribeDoc, /sub\.stop\(\)/)
+    assert.match(subscribeDoc, /store\.close\(\)/)
+    const readme = readFileSync(join(root, 'README.md'), 'utf8').replace(/\s+/g, ' ')
+    assert.match(readme, /keeps the (Node(\.js)? )?process (alive|running)/)
+    assert.match(readme, /tls:HOST:PORT/)
+  })
+
+  it('connect to a tls: address without TINYSTORE_CA is an InvalidError that says to set it', async () => {
+    const saved = process.env.TINYSTORE_CA
+    delete process.env.TINYSTORE_CA
+    try {
+      await assert.rejects(tinystore.connect('tls:127.0.0.1:9'), (e: unknown) => {
+        assert.ok(e instanceof tinystore.InvalidError, `an InvalidError, got ${(e as Error)?.message}`)
+        assert.match(e.message, /TINYSTORE_CA/)
+        return true
+      })
+    } finally {
+      if (saved !== undefined) process.env.TINYSTORE_CA = saved
+    }
   })
 })
