@@ -11,7 +11,8 @@ use tinystore::{Error, ErrorKind, Key};
 
 use crate::error;
 
-/// A lock key or branch key: an `int` (its decimal digits) or a `str`.
+/// A lock key or branch key: an `int` (its decimal digits, however large)
+/// or a `str`.
 pub fn key(obj: &Bound<'_, PyAny>) -> PyResult<Key> {
     let py = obj.py();
     let k = if obj.is_instance_of::<PyBool>() {
@@ -19,7 +20,8 @@ pub fn key(obj: &Bound<'_, PyAny>) -> PyResult<Key> {
     } else if obj.is_instance_of::<PyInt>() {
         match obj.extract::<i64>() {
             Ok(i) => Key::from(i),
-            Err(_) => Key::from(obj.extract::<i128>()?),
+            // Past 64 bits: the same digits Python prints (the core checks the length).
+            Err(_) => Key::from(obj.str()?.to_cow()?.into_owned()),
         }
     } else if let Ok(s) = obj.cast::<PyString>() {
         Key::from(s.to_cow()?.into_owned())
@@ -33,8 +35,31 @@ pub fn key(obj: &Bound<'_, PyAny>) -> PyResult<Key> {
     Ok(k)
 }
 
+/// The longest duration a number or timedelta may give, in seconds: the
+/// bound the core puts on a duration written as text
+/// (`tinystore::limits::parse_duration`), so a deadline never overflows the clock.
+const MAX_DURATION_SECS: f64 = 1e12;
+
+fn bad_duration(obj: &Bound<'_, PyAny>) -> Error {
+    Error::new(
+        ErrorKind::Invalid,
+        format!("a duration is 0 or more seconds and under 1e12 (about 31,000 years), like 30 or \"30s\"; got {}", shown(obj)),
+    )
+}
+
+/// A value as an error message shows it: a number of a thousand digits is
+/// cut short.
+fn shown(obj: &Bound<'_, PyAny>) -> String {
+    let text = obj.str().map(|s| s.to_string()).unwrap_or_else(|_| "?".to_owned());
+    if text.len() <= 40 {
+        return text;
+    }
+    format!("{}... ({} characters)", &text[..text.char_indices().nth(24).map_or(text.len(), |(i, _)| i)], text.chars().count())
+}
+
 /// A duration: a string (`"250ms"`, `"30s"`, `"2m"`, `"1h"`), a number of
-/// seconds, or a `datetime.timedelta`.
+/// seconds, or a `datetime.timedelta`. Errors: `InvalidError` when negative,
+/// not finite or 1e12 s and more; `TypeError` for another type.
 pub fn duration(obj: &Bound<'_, PyAny>) -> PyResult<Duration> {
     let py = obj.py();
     if let Ok(s) = obj.cast::<PyString>() {
@@ -42,7 +67,10 @@ pub fn duration(obj: &Bound<'_, PyAny>) -> PyResult<Duration> {
     }
     let secs: f64 = if obj.is_instance_of::<PyBool>() {
         return Err(PyTypeError::new_err("a duration is a str like \"30s\", seconds, or a timedelta; got a bool"));
-    } else if obj.is_instance_of::<PyInt>() || obj.is_instance_of::<PyFloat>() {
+    } else if obj.is_instance_of::<PyInt>() {
+        // An int too large for a float is too large for a duration.
+        obj.extract::<i64>().map_err(|_| error::to_py(py, bad_duration(obj)))? as f64
+    } else if obj.is_instance_of::<PyFloat>() {
         obj.extract()?
     } else if obj.hasattr("total_seconds")? {
         obj.call_method0("total_seconds")?.extract()?
@@ -52,9 +80,28 @@ pub fn duration(obj: &Bound<'_, PyAny>) -> PyResult<Duration> {
             obj.get_type().name()?
         )));
     };
-    Duration::try_from_secs_f64(secs).map_err(|_| {
-        error::to_py(py, Error::new(ErrorKind::Invalid, format!("a duration is 0 or more seconds, like 30 or \"30s\"; got {secs}")))
-    })
+    if !(0.0..MAX_DURATION_SECS).contains(&secs) {
+        return Err(error::to_py(py, bad_duration(obj)));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// A semaphore's limit: an `int` from 1 to 4294967295. Errors:
+/// `InvalidError` out of that range, `TypeError` for another type.
+pub fn limit(obj: &Bound<'_, PyAny>) -> PyResult<u32> {
+    if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "a semaphore's limit is an int from 1 to 4294967295, like 3; got {}",
+            obj.get_type().name()?
+        )));
+    }
+    match obj.extract::<u32>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(error::to_py(
+            obj.py(),
+            Error::new(ErrorKind::Invalid, format!("a semaphore's limit is a whole number from 1 to 4294967295, like 3; got {}", shown(obj))),
+        )),
+    }
 }
 
 /// An optional duration (`None` stays `None`).
@@ -84,7 +131,19 @@ pub fn sql_value(obj: &Bound<'_, PyAny>) -> PyResult<SqlValue> {
     } else if obj.is_instance_of::<PyBool>() {
         Ok(SqlValue::Integer(obj.extract::<bool>()? as i64))
     } else if obj.is_instance_of::<PyInt>() {
-        Ok(SqlValue::Integer(obj.extract()?))
+        obj.extract().map(SqlValue::Integer).map_err(|_| {
+            error::to_py(
+                obj.py(),
+                Error::new(
+                    ErrorKind::Invalid,
+                    format!(
+                        "a SQL integer is 64-bit (SQLite's), from -9223372036854775808 to 9223372036854775807; \
+                         got {}: bind a larger number as text (str(n)) or a float",
+                        shown(obj)
+                    ),
+                ),
+            )
+        })
     } else if obj.is_instance_of::<PyFloat>() {
         Ok(SqlValue::Real(obj.extract()?))
     } else if let Ok(s) = obj.cast::<PyString>() {

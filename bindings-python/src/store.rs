@@ -76,7 +76,7 @@ impl NativeStore {
         &self,
         py: Python<'_>,
         name: &str,
-        limit: Option<u32>,
+        limit: Option<&Bound<'_, PyAny>>,
         ttl: Option<&Bound<'_, PyAny>>,
         max_hold: Option<&Bound<'_, PyAny>>,
         wait: Option<&Bound<'_, PyAny>>,
@@ -87,6 +87,7 @@ impl NativeStore {
             max_hold: convert::opt_duration(max_hold)?,
             wait: convert::opt_duration(wait)?.unwrap_or(d.wait),
         };
+        let limit = limit.filter(|l| !l.is_none()).map(convert::limit).transpose()?;
         // The core's builders check the name, the durations and the limit.
         let raw = match limit {
             None => {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import sqlite3
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,39 @@ async def test_a_failed_statement_raises_sql_error(store: tinystore.Store) -> No
 async def test_connect_to_an_address_nobody_serves_raises_an_engine_error(tmp_path: Path) -> None:
     with pytest.raises(tinystore.Error):
         await tinystore.connect(f"unix:{tmp_path / 'nowhere.sock'}")
+
+
+async def test_names_p4_numbers_out_of_range_are_invalid_errors_that_say_what_to_do(store: tinystore.Store) -> None:
+    for limit in (-1, 0, 2**32, 2**40):
+        with pytest.raises(tinystore.InvalidError, match="limit.*like 3"):
+            store.semaphore("s", limit=limit)
+    for ttl in (-1, 2**70, 10**400, float("inf"), float("nan"), 1e300, timedelta.max, timedelta(seconds=-1)):
+        with pytest.raises(tinystore.InvalidError, match="30"):
+            store.lock("ok", ttl=ttl)
+    for d in (1e19, 10**400, "99999999999999h"):
+        with pytest.raises(tinystore.InvalidError):
+            store.lock("ok", wait=d)
+        with pytest.raises(tinystore.InvalidError):
+            store.lock("ok", max_hold=d)
+        with pytest.raises(tinystore.InvalidError):
+            async with store.lock("ok").hold("k", wait=d):
+                pass
+    with pytest.raises(TypeError, match="limit"):
+        store.semaphore("s", limit="3")  # type: ignore[arg-type]
+
+    # An int key is its decimal digits, however large; over 1,024 bytes it is refused.
+    async with store.lock("big").hold(2**200) as lease:
+        assert lease.key == str(2**200)
+    assert store.channel("c").under(-(2**130)).path == (str(-(2**130)),)
+    with pytest.raises(tinystore.InvalidError, match="1,024|1024"):
+        async with store.lock("big").hold(10**1100):
+            pass
+
+    db = await store.database("numbers")
+    await db.exec("create table t (x)")
+    for big in (2**63, 2**70, -(2**63) - 1):
+        with pytest.raises(tinystore.InvalidError, match="64-bit") as e:
+            await db.exec("insert into t values (?)", big)
+        assert "str(" in str(e.value)
+    await db.exec("insert into t values (?), (?)", 2**63 - 1, -(2**63))
+    assert await db.query("select x from t") == [{"x": 2**63 - 1}, {"x": -(2**63)}]

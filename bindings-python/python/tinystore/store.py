@@ -82,8 +82,10 @@ class Store:
         wait: Optional[Duration] = None,
     ) -> Semaphore:
         """The semaphore ``name``: up to ``limit`` holders of a key at once
-        (default 1); permits have no fence. Options as :meth:`lock`. Raises
-        ``ConflictError`` when the name is a lock or a semaphore of another limit."""
+        (an int from 1 to 4294967295, default 1); permits have no fence.
+        Options as :meth:`lock`. Raises ``InvalidError`` for a limit out of
+        range, ``ConflictError`` when the name is a lock or a semaphore of
+        another limit."""
         return Semaphore(self._native.lock(name, limit, ttl, max_hold, wait), limit)
 
     async def database(
