@@ -34,3 +34,9 @@ pub fn to_py(py: Python<'_>, e: tinystore::Error) -> PyErr {
 pub fn check<T>(py: Python<'_>, r: tinystore::Result<T>) -> PyResult<T> {
     r.map_err(|e| to_py(py, e))
 }
+
+/// The store was closed: checked here where the core answers from memory
+/// without asking whether it is still open (a handle, `status`).
+pub fn closed() -> tinystore::Error {
+    tinystore::Error::new(tinystore::ErrorKind::Closed, "the store is closed: open or connect again to go on")
+}

@@ -1,11 +1,14 @@
 //! Locks, semaphores and their leases.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use pyo3::prelude::*;
-use tinystore::RawLock;
-use tinystore::locks::{Holder, LockOptions, RawLease};
+use tinystore::locks::{Holder, Kind, LockOptions, RawLease};
+use tinystore::{ErrorKind, RawLock, Store, runtime};
+use tokio::sync::OnceCell;
+use tokio::task::JoinHandle;
 
 use crate::pending::{run_future, value};
 use crate::{convert, error};
@@ -16,16 +19,77 @@ pub fn holder_unique() -> u64 {
     Holder::unique().0
 }
 
-/// A lock or semaphore handle, its name and options checked by the core.
+/// The engine's handle of a lock or semaphore. Owned, it is made with the
+/// Python handle (no round trip). Connected, the owner is asked in the
+/// background (`lock_raw_async`) and the first hold or try_hold awaits the
+/// answer, so making a handle never waits for the owner, and a conflict
+/// (another kind or limit) surfaces at the first hold at the latest.
+struct Engine {
+    raw: OnceCell<RawLock>,
+    /// The declare started when the handle was made; taken by the first use.
+    declare: Mutex<Option<JoinHandle<tinystore::Result<RawLock>>>>,
+    store: Store,
+    name: String,
+    kind: Kind,
+}
+
+impl Engine {
+    fn new(store: Store, name: String, kind: Kind) -> tinystore::Result<Engine> {
+        let mut engine = Engine { raw: OnceCell::new(), declare: Mutex::new(None), store, name, kind };
+        if engine.store.is_owner() {
+            let raw = engine.store.lock_raw(&engine.name, kind)?;
+            engine.raw = OnceCell::new_with(Some(raw));
+        } else {
+            let (store, name) = (engine.store.clone(), engine.name.clone());
+            *engine.declare.get_mut() = Some(runtime::spawn(async move { store.lock_raw_async(&name, kind).await }));
+        }
+        Ok(engine)
+    }
+
+    /// The engine's handle: at once when made, else the declare's answer.
+    async fn get(&self) -> tinystore::Result<&RawLock> {
+        if let Some(raw) = self.raw.get() {
+            return Ok(raw);
+        }
+        self.raw
+            .get_or_try_init(|| async {
+                let started = self.declare.lock().take();
+                if let Some(task) = started {
+                    match task.await {
+                        Ok(Ok(raw)) => return Ok(raw),
+                        // A conflict is final; anything else (the connection
+                        // was down, a timeout) is asked once more, now.
+                        Ok(Err(e)) if e.kind() == ErrorKind::Conflict => return Err(e),
+                        Ok(Err(_)) | Err(_) => {}
+                    }
+                }
+                self.store.lock_raw_async(&self.name, self.kind).await
+            })
+            .await
+    }
+}
+
+/// A lock or semaphore handle: its name, limit and options checked when made.
 #[pyclass(frozen, module = "tinystore._native")]
 pub struct NativeLock {
-    raw: RawLock,
+    engine: Arc<Engine>,
     opts: LockOptions,
 }
 
 impl NativeLock {
-    pub fn new(raw: RawLock, opts: LockOptions) -> NativeLock {
-        NativeLock { raw, opts }
+    /// Checks the name, options and store now (NAMES), and makes the
+    /// engine's handle (owned) or starts asking the owner for it (connected).
+    pub fn new(store: Store, name: String, kind: Kind, opts: LockOptions) -> tinystore::Result<NativeLock> {
+        let what = match kind {
+            Kind::Lock => "lock",
+            Kind::Semaphore { .. } => "semaphore",
+        };
+        tinystore::limits::check_name(what, &name)?;
+        let opts = opts.check()?;
+        if store.is_closed() {
+            return Err(error::closed());
+        }
+        Ok(NativeLock { engine: Arc::new(Engine::new(store, name, kind)?), opts })
     }
 }
 
@@ -37,7 +101,7 @@ fn lease(raw: RawLease) -> NativeLease {
 impl NativeLock {
     #[getter]
     fn name(&self) -> &str {
-        self.raw.name()
+        &self.engine.name
     }
     #[getter]
     fn ttl(&self) -> f64 {
@@ -61,15 +125,21 @@ impl NativeLock {
             Some(w) => error::check(py, tinystore::limits::check_positive("wait", w))?,
             None => self.opts.wait,
         };
-        let (raw, terms) = (self.raw.clone(), self.opts.terms());
-        run_future(py, async move { Ok(value(lease(raw.acquire(key, Holder(holder), terms, wait).await?))) })
+        let (engine, terms) = (self.engine.clone(), self.opts.terms());
+        run_future(py, async move {
+            let raw = engine.get().await?;
+            Ok(value(lease(raw.acquire(key, Holder(holder), terms, wait).await?)))
+        })
     }
 
     /// Takes `key` for `holder` if it is free now: a `NativeLease` or None.
     fn try_acquire(&self, py: Python<'_>, key: &Bound<'_, PyAny>, holder: u64) -> PyResult<Py<PyAny>> {
         let key = convert::key(key)?;
-        let (raw, terms) = (self.raw.clone(), self.opts.terms());
-        run_future(py, async move { Ok(value(raw.try_acquire(key, Holder(holder), terms).await?.map(lease))) })
+        let (engine, terms) = (self.engine.clone(), self.opts.terms());
+        run_future(py, async move {
+            let raw = engine.get().await?;
+            Ok(value(raw.try_acquire(key, Holder(holder), terms).await?.map(lease)))
+        })
     }
 }
 

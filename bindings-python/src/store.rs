@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use tinystore::locks::LockOptions;
+use tinystore::locks::{Kind, LockOptions};
 use tinystore::{Key, Store};
 
 use crate::channels::NativeBranch;
@@ -70,42 +70,30 @@ impl NativeStore {
     }
 
     /// A lock (`limit` None) or a semaphore (`limit` permits): checks the
-    /// name, the durations (core defaults where None) and the kind.
+    /// name, the limit and the durations (core defaults where None) now.
+    /// Never waits for the owner: over a connection, the kind and limit are
+    /// checked by the owner by the first hold (`conflict` from there).
     #[pyo3(signature = (name, limit=None, ttl=None, max_hold=None, wait=None))]
     fn lock(
         &self,
         py: Python<'_>,
-        name: &str,
+        name: String,
         limit: Option<&Bound<'_, PyAny>>,
         ttl: Option<&Bound<'_, PyAny>>,
         max_hold: Option<&Bound<'_, PyAny>>,
         wait: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<NativeLock> {
+        let kind = match limit {
+            Some(l) if !l.is_none() => Kind::Semaphore { limit: convert::limit(l)? },
+            _ => Kind::Lock,
+        };
         let d = LockOptions::default();
         let opts = LockOptions {
             ttl: convert::opt_duration(ttl)?.unwrap_or(d.ttl),
             max_hold: convert::opt_duration(max_hold)?,
             wait: convert::opt_duration(wait)?.unwrap_or(d.wait),
         };
-        let limit = limit.filter(|l| !l.is_none()).map(convert::limit).transpose()?;
-        // The core's builders check the name, the durations and the limit.
-        let raw = match limit {
-            None => {
-                let mut b = self.store.lock(name).ttl(opts.ttl).wait(opts.wait);
-                if let Some(m) = opts.max_hold {
-                    b = b.max_hold(m);
-                }
-                error::check(py, b.open())?.raw().clone()
-            }
-            Some(limit) => {
-                let mut b = self.store.semaphore(name).limit(limit).ttl(opts.ttl).wait(opts.wait);
-                if let Some(m) = opts.max_hold {
-                    b = b.max_hold(m);
-                }
-                error::check(py, b.open())?.raw().clone()
-            }
-        };
-        Ok(NativeLock::new(raw, opts))
+        error::check(py, NativeLock::new(self.store.clone(), name, kind, opts))
     }
 
     /// Opens the database `<dir>/<name>.db`, applying `migrations`: a `Pending`.

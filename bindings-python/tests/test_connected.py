@@ -9,6 +9,7 @@ import asyncio
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any, AsyncIterator, List, Tuple
@@ -112,6 +113,37 @@ async def test_chan_04_c8_messages_published_while_cut_off_are_told_exactly_with
     await until(lambda: len(got) == 3, what="the probe")
     assert got == [0, tinystore.Missed(5, "reconnect"), 6]  # never silent, and exact
     await sub.stop()
+
+
+async def test_lock_08_p3_a_connected_lock_handle_is_made_without_waiting_for_the_owner(
+    through_proxy: Tuple[tinystore.Store, tinystore.Store, Proxy],
+) -> None:
+    owner, client, proxy = through_proxy
+    owner.semaphore("exports", limit=3)
+    proxy.stall()  # the owner hears nothing for half a second
+    threading.Timer(0.5, proxy.resume).start()
+    started = time.monotonic()
+    lock = client.lock("summaries", ttl="5s")
+    sem = client.semaphore("exports", limit=4)
+    made_in = time.monotonic() - started
+    assert made_in < 0.2, f"making two handles took {made_in:.2f}s: it waited for the owner"
+    # Names and durations are still checked when the handle is made (P4).
+    with pytest.raises(tinystore.InvalidError):
+        client.lock("Bad Name")
+    with pytest.raises(tinystore.InvalidError):
+        client.lock("ok", ttl="2h")
+    async with lock.hold("k") as lease:  # once the owner hears again
+        assert lease.fence > 0
+    # The other limit is refused at the first hold at the latest (P3).
+    with pytest.raises(tinystore.ConflictError, match="limit 3"):
+        async with sem.hold("k"):
+            pass
+    with pytest.raises(tinystore.ConflictError, match="limit 3"):
+        async with sem.try_hold("k"):
+            pass
+    await client.close()
+    with pytest.raises(tinystore.ClosedError):
+        client.lock("after")
 
 
 OWNER = """

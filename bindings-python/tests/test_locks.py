@@ -300,11 +300,17 @@ async def test_lock_08_a_hold_inside_a_hold_of_the_same_key_fails_at_once(store:
 
 async def test_lock_08_p3_a_semaphores_limit_belongs_to_the_semaphore(store: tinystore.Store) -> None:
     store.semaphore("exports", limit=3)
-    store.semaphore("exports", limit=3)
-    with pytest.raises(tinystore.ConflictError):
-        store.semaphore("exports", limit=4)
-    with pytest.raises(tinystore.ConflictError):
-        store.lock("exports")
+    async with store.semaphore("exports", limit=3).hold("k") as permit:
+        assert permit.key == "k"
+    # Owned, the handle is refused when made; connected, the owner's answer
+    # comes at the first hold or try_hold at the latest (making the handle
+    # never waits for it).
+    for other in (lambda: store.semaphore("exports", limit=4), lambda: store.lock("exports")):
+        for hold in ("hold", "try_hold"):
+            with pytest.raises(tinystore.ConflictError, match="semaphore of limit 3"):
+                handle = other()
+                async with getattr(handle, hold)("k"):
+                    pass
     with pytest.raises(tinystore.InvalidError):
         store.semaphore("zero", limit=0)
 

@@ -147,7 +147,8 @@ class Lock(_Handle):
         ``max_hold``, past its ttl over a connection, or the store closed)
         raises :class:`tinystore.LostError` when it ends, even if the block
         never awaited. A hold of a key this task already holds raises
-        :class:`tinystore.ConflictError` at once.
+        :class:`tinystore.ConflictError` at once; so does the first hold of
+        a handle whose name the owner has as a semaphore (connected).
         """
         return _Hold(self._native, key, wait, Lease)
 
@@ -166,7 +167,8 @@ class Semaphore(_Handle):
     ``limit`` holders of a key at once. Its permits have no fence.
 
     The limit belongs to the semaphore: opening the name again with another
-    limit raises :class:`tinystore.ConflictError`.
+    limit raises :class:`tinystore.ConflictError` (over a connection, at the
+    first ``hold`` or ``try_hold``).
     """
 
     __slots__ = ("limit",)

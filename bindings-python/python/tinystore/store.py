@@ -68,7 +68,11 @@ class Store:
 
         Durations are strings (``"250ms"``, ``"30s"``, ``"2m"``, ``"1h"``),
         seconds or ``timedelta``. Raises ``InvalidError`` for a name or
-        duration out of rule, ``ConflictError`` when the name is a semaphore.
+        duration out of rule, ``ClosedError`` once the store is closed.
+
+        Never waits: a connected store asks the owner in the background, and
+        ``ConflictError`` (the name is a semaphore) comes from the first
+        ``hold`` or ``try_hold`` at the latest (owned, from here).
         """
         return Lock(self._native.lock(name, None, ttl, max_hold, wait))
 
@@ -84,8 +88,9 @@ class Store:
         """The semaphore ``name``: up to ``limit`` holders of a key at once
         (an int from 1 to 4294967295, default 1); permits have no fence.
         Options as :meth:`lock`. Raises ``InvalidError`` for a limit out of
-        range, ``ConflictError`` when the name is a lock or a semaphore of
-        another limit."""
+        range; ``ConflictError`` when the name is a lock or a semaphore of
+        another limit, from the first ``hold`` or ``try_hold`` at the latest
+        (as :meth:`lock`)."""
         return Semaphore(self._native.lock(name, limit, ttl, max_hold, wait), limit)
 
     async def database(
