@@ -55,10 +55,17 @@ impl NativeStore {
         self.store.dir().to_path_buf()
     }
 
-    /// `status()` as JSON text.
+    /// `status()` as JSON text (over a connection, asked of the owner).
+    /// Errors: `closed` once the store is closed, never the figures from before.
     fn status_json(&self, py: Python<'_>) -> PyResult<String> {
-        let status = self.store.status();
-        error::check(py, serde_json::to_string(&status).map_err(tinystore::Error::from))
+        let store = self.store.clone();
+        let status = py.detach(move || {
+            if store.is_closed() {
+                return Err(error::closed());
+            }
+            serde_json::to_string(&store.status_json()?).map_err(tinystore::Error::from)
+        });
+        error::check(py, status)
     }
 
     /// The branch `keys` of `channel` (the root for no keys); checks the name and keys.

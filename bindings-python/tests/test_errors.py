@@ -64,6 +64,14 @@ async def test_connect_to_an_address_nobody_serves_raises_an_engine_error(tmp_pa
         await tinystore.connect(f"unix:{tmp_path / 'nowhere.sock'}")
 
 
+async def test_status_after_close_raises_closed_error(store: tinystore.Store) -> None:
+    assert "locks" in store.status()
+    await store.close()
+    with pytest.raises(tinystore.ClosedError) as e:
+        store.status()
+    assert "closed" in str(e.value)
+
+
 async def test_names_p4_numbers_out_of_range_are_invalid_errors_that_say_what_to_do(store: tinystore.Store) -> None:
     for limit in (-1, 0, 2**32, 2**40):
         with pytest.raises(tinystore.InvalidError, match="limit.*like 3"):

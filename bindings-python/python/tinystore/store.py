@@ -128,7 +128,9 @@ class Store:
 
     def status(self) -> dict[str, Any]:
         """What the store holds now: subscriptions and branches, held keys
-        with their fences and waiters (a dict of JSON values)."""
+        with their fences and waiters (a dict of JSON values). Connected, it
+        is asked of the owner (one round trip, waited for here). Raises
+        ``ClosedError`` once the store is closed."""
         return json.loads(self._native.status_json())
 
     async def close(self) -> None:
