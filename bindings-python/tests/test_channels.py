@@ -385,3 +385,25 @@ async def test_a_value_json_cannot_carry_is_refused_before_publishing(store: tin
         await branch.publish(object())
     with pytest.raises(ValueError):
         await branch.publish(float("nan"))
+
+
+async def test_publish_from_a_thread_without_an_event_loop_raises_before_publishing(store: tinystore.Store) -> None:
+    branch = store.channel("threads").under(1)
+    got: List[Any] = []
+    sub = await branch.subscribe(lambda m: got.append(m.value))
+
+    def publish_without_a_loop() -> Optional[BaseException]:
+        try:
+            branch.publish("from a thread")
+        except RuntimeError as e:
+            return e
+        return None
+
+    err = await asyncio.to_thread(publish_without_a_loop)
+    await branch.publish("probe")
+    await until(lambda: "probe" in got, what="the probe")
+    await asyncio.sleep(0.05)
+    assert got == ["probe"]  # nothing was published by the call that raised
+    assert isinstance(err, RuntimeError) and "event loop" in str(err) and "run_coroutine_threadsafe" in str(err)
+    await sub.stop()
+

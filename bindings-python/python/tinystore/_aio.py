@@ -63,9 +63,23 @@ class _LoopCompleter:
 _completers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopCompleter] = weakref.WeakKeyDictionary()
 
 
-def wait(pending: Any) -> asyncio.Future[Any]:
-    """A future of the running loop for a started ``Pending``."""
-    loop = asyncio.get_running_loop()
+def running_loop(what: str) -> asyncio.AbstractEventLoop:
+    """The running loop; without one, a ``RuntimeError`` that says what to do
+    (raised before ``what`` did anything)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError(
+            f"{what} needs a running event loop, and this thread has none: nothing was done. Call it from "
+            "async code and await it; from another thread, run a coroutine that awaits it on the store's "
+            "loop with asyncio.run_coroutine_threadsafe(coro, loop)"
+        ) from None
+
+
+def wait(pending: Any, loop: "asyncio.AbstractEventLoop | None" = None) -> asyncio.Future[Any]:
+    """A future of the running loop (or ``loop``, the running one) for a started ``Pending``."""
+    if loop is None:
+        loop = asyncio.get_running_loop()
     c = _completers.get(loop)
     if c is None:
         c = _completers[loop] = _LoopCompleter(loop)

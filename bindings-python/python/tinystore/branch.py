@@ -51,16 +51,22 @@ class Branch(Generic[T]):
         It never waits for a subscriber. Every subscription of the branch
         made before gets it, in publish order.
 
-        Raises at once ``LimitError`` for a message over 1 MiB of JSON
-        (nothing is published), ``TypeError`` or ``ValueError`` for a value
-        JSON cannot carry, ``ClosedError`` once the store is closed (or,
+        Raises at once, with nothing published: ``LimitError`` for a
+        message over 1 MiB of JSON, ``TypeError`` or ``ValueError`` for a
+        value JSON cannot carry, ``ClosedError`` once the store is closed (or,
         connected, while the connection is down: nothing is buffered
-        silently). Call it from a running event loop.
+        silently).
+
+        Call it from a running event loop, like any asyncio API: in a
+        thread without one it raises ``RuntimeError`` and publishes nothing
+        (from a worker thread, hand the publish to the loop with
+        ``asyncio.run_coroutine_threadsafe``).
         """
+        loop = _aio.running_loop("publish")
         r = self._native.publish(self._codec.encode(value))
         if type(r) is _aio.Pending:
-            return _aio.wait(r)
-        done = asyncio.get_running_loop().create_future()
+            return _aio.wait(r, loop)
+        done = loop.create_future()
         done.set_result(None)
         return done
 
