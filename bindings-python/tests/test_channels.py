@@ -407,3 +407,51 @@ async def test_publish_from_a_thread_without_an_event_loop_raises_before_publish
     assert isinstance(err, RuntimeError) and "event loop" in str(err) and "run_coroutine_threadsafe" in str(err)
     await sub.stop()
 
+
+@dataclass
+class ChatEvent:
+    kind: str
+    id: int
+
+
+@dataclass
+class OtherEvent:
+    kind: str
+    id: int
+
+
+@dataclass
+class LateEvent(ChatEvent):
+    late: bool = True
+
+
+async def test_a_typed_channel_refuses_a_value_of_another_type_before_publishing(store: tinystore.Store) -> None:
+    events = store.channel("typed", ChatEvent)
+    got: List[Any] = []
+    sub = await events.under(1).subscribe(lambda m: got.append(m.value))
+    for wrong in ({"kind": "message", "id": 1}, OtherEvent("message", 1), "message", None, [ChatEvent("message", 1)]):
+        with pytest.raises(tinystore.InvalidError, match="ChatEvent") as e:
+            await events.under(1).publish(wrong)  # type: ignore[arg-type]
+        assert ("None" if wrong is None else type(wrong).__name__) in str(e.value)
+    db = await store.database("typed")
+    with pytest.raises(tinystore.InvalidError, match="ChatEvent"):
+        await db.tx(lambda tx: tx.with_(events).under(1).publish({"kind": "message", "id": 1}))
+
+    # What the type allows goes through: a subclass, either side of an
+    # Optional, ints where floats are declared, items of a declared list.
+    await events.under(1).publish(LateEvent("message", 2))
+    maybe = store.channel("maybe", Optional[ChatEvent])
+    await maybe.publish(ChatEvent("message", 3))
+    with pytest.raises(tinystore.InvalidError, match=r"ChatEvent \| None; got OtherEvent"):
+        await maybe.publish(OtherEvent("message", 3))
+    await store.channel("ratio", float).publish(1)
+    with pytest.raises(tinystore.InvalidError, match="float"):
+        await store.channel("ratio", float).publish("1.0")
+    lists = store.channel("lists", List[ChatEvent])
+    await lists.publish([ChatEvent("message", 3)])
+    with pytest.raises(tinystore.InvalidError, match="ChatEvent"):
+        await lists.publish([ChatEvent("message", 3), {"kind": "message", "id": 4}])
+    await until(lambda: len(got) == 1, what="the subclass")
+    await asyncio.sleep(0.05)
+    assert got == [ChatEvent("message", 2)]  # read back as the channel's type; nothing refused was published
+    await sub.stop()

@@ -51,9 +51,10 @@ class Branch(Generic[T]):
         It never waits for a subscriber. Every subscription of the branch
         made before gets it, in publish order.
 
-        Raises at once, with nothing published: ``LimitError`` for a
-        message over 1 MiB of JSON, ``TypeError`` or ``ValueError`` for a
-        value JSON cannot carry, ``ClosedError`` once the store is closed (or,
+        Raises at once, with nothing published: ``InvalidError`` for a
+        value not of a typed channel's type, ``LimitError`` for a message
+        over 1 MiB of JSON, ``TypeError`` or ``ValueError`` for a value JSON
+        cannot carry, ``ClosedError`` once the store is closed (or,
         connected, while the connection is down: nothing is buffered
         silently).
 

@@ -24,7 +24,7 @@ class Channel(Branch[T], Generic[T]):
     __slots__ = ("name",)
 
     def __init__(self, native_root: Any, name: str, tp: Any = None, ns: Optional[dict[str, Any]] = None) -> None:
-        super().__init__(native_root, Codec(tp, ns))
+        super().__init__(native_root, Codec(tp, ns, name))
         self.name = name
 
     @property

@@ -4,8 +4,15 @@ A channel made with a type (``store.channel("chat-events", ChatEvent)``)
 writes dataclasses as JSON objects of their fields and reads them back as
 that type, nested dataclasses, ``list[...]``, ``dict[str, ...]``,
 ``Optional[...]``/``... | None`` and enums included. A channel made without a
-type (or with ``dict``, ``list``, ``Any``) carries plain JSON values: dicts,
-lists, strings, numbers, booleans and None.
+type (or with ``Any``) carries plain JSON values: dicts, lists, strings,
+numbers, booleans and None.
+
+Publishing checks the value against the channel's type first and raises
+``InvalidError`` (a ``ValueError``) for another type, before anything is
+published: the value itself (a subclass counts; an int counts as a float),
+each item of a declared ``list[...]``/``dict[str, ...]``, either side of an
+``Optional``/``Union``. A dataclass's own fields are not checked, as Python
+does not check them either.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import json
 import sys
 import typing
 from typing import Any, Callable, Generic, Optional, TypeVar
+
+from .errors import InvalidError
 
 T = TypeVar("T")
 
@@ -125,18 +134,124 @@ def _dataclass_converter(cls: type, ns: Optional[dict[str, Any]]) -> Callable[[A
     return convert
 
 
+_OK = object()
+#: Gives the part of a value that is not of a type (the value, or an item of
+#: it), or ``_OK``.
+Check = Callable[[Any], Any]
+
+
+def _checker(tp: Any) -> Optional[Check]:
+    """A check of values against ``tp``; None where any value goes."""
+    if tp is None or tp is Any or tp is object:
+        return None
+    if tp is _NONE:
+        return lambda v: _OK if v is None else v
+    if tp is float:  # JSON has one kind of number: an int is a float too
+        return lambda v: _OK if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+    if isinstance(tp, type):
+        if _is_typeddict(tp):
+            tp = dict
+        elif not _isinstance_works(tp):
+            return None  # a Protocol that is not runtime_checkable, ...
+        cls = tp
+        return lambda v: _OK if isinstance(v, cls) else v
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Union or (sys.version_info >= (3, 10) and origin is _union_type()):
+        members = [_checker(a) for a in args]
+        if any(m is None for m in members):
+            return None
+        checks: list[Check] = [m for m in members if m is not None]
+        return lambda v: _OK if any(c(v) is _OK for c in checks) else v
+    if origin is typing.Literal:
+        return lambda v: _OK if any(v == a and type(v) is type(a) for a in args) else v
+    if not isinstance(origin, type) or not _isinstance_works(origin):
+        return None  # Annotated, NewType, ...: not checked
+    container = origin
+    mapping = origin is dict or origin in _abc_mappings()
+    if mapping:
+        each = _checker(args[1]) if len(args) == 2 else None
+    elif origin in (list, set, frozenset) or origin in _abc_sequences() or (origin is tuple and args[-1:] == (Ellipsis,)):
+        each = _checker(args[0]) if args else None
+    else:
+        each = None  # tuple[A, B], a user's generic class: the container only
+    if each is None:
+        return lambda v: _OK if isinstance(v, container) else v
+    item = each
+
+    def check(v: Any) -> Any:
+        if not isinstance(v, container):
+            return v
+        for x in v.values() if mapping else v:
+            bad = item(x)
+            if bad is not _OK:
+                return bad
+        return _OK
+
+    return check
+
+
+def _is_typeddict(tp: type) -> bool:
+    return issubclass(tp, dict) and hasattr(tp, "__total__") and hasattr(tp, "__annotations__")
+
+
+def _isinstance_works(tp: type) -> bool:
+    try:
+        isinstance(None, tp)
+    except TypeError:
+        return False
+    return True
+
+
+def _type_name(tp: Any) -> str:
+    """``tp`` as a reader writes it: ``ChatEvent``, ``list[ChatEvent]``, ``ChatEvent | None``."""
+    if tp is _NONE or tp is None:
+        return "None"
+    if tp is Ellipsis:
+        return "..."
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Union or (sys.version_info >= (3, 10) and origin is _union_type()):
+        return " | ".join(_type_name(a) for a in args)
+    if origin is typing.Literal:
+        return f"Literal[{', '.join(map(repr, args))}]"
+    if origin is not None and args:
+        return f"{_type_name(origin)}[{', '.join(_type_name(a) for a in args)}]"
+    return getattr(tp, "__qualname__", None) or getattr(tp, "__name__", None) or repr(tp)
+
+
 class Codec(Generic[T]):
     """Encodes values of one type to JSON bytes and decodes them back."""
 
-    __slots__ = ("type", "_convert")
+    __slots__ = ("type", "_convert", "_check", "_what")
 
-    def __init__(self, tp: Any = None, ns: Optional[dict[str, Any]] = None) -> None:
+    def __init__(self, tp: Any = None, ns: Optional[dict[str, Any]] = None, name: Optional[str] = None) -> None:
         """``ns``: names to resolve string annotations with (the caller's
-        locals, for dataclasses defined inside a function)."""
+        locals, for dataclasses defined inside a function). ``name``: the
+        channel's, for errors."""
         self.type = tp
         self._convert = _converter(tp, ns)
+        self._check = _checker(tp)
+        self._what = f"channel {name!r}" if name else "this channel"
 
-    encode = staticmethod(encode)
+    def encode(self, value: Any) -> bytes:
+        """The JSON bytes of ``value``. Raises ``InvalidError`` (a
+        ``ValueError``) for a value not of this codec's type, ``TypeError``
+        for a value JSON cannot carry and ``ValueError`` for NaN or infinity."""
+        check = self._check
+        if check is not None:
+            bad = check(value)
+            if bad is not _OK:
+                self._refuse(value, bad)
+        return _dumps(value).encode()
+
+    def _refuse(self, value: Any, bad: Any) -> None:
+        want = _type_name(self.type)
+        got = "None" if value is None else type(value).__qualname__
+        if bad is not value:
+            got += f" holding {'None' if bad is None else type(bad).__qualname__}"
+        raise InvalidError(
+            f"{self._what} carries values of type {want}; got {got}: publish {want} values "
+            "(or make the channel without a type to carry any JSON value)"
+        )
 
     def decode(self, data: bytes) -> T:
         """The value of JSON ``data``: raises ``ValueError`` or ``TypeError``
