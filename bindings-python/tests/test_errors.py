@@ -106,3 +106,10 @@ async def test_names_p4_numbers_out_of_range_are_invalid_errors_that_say_what_to
         assert "str(" in str(e.value)
     await db.exec("insert into t values (?), (?)", 2**63 - 1, -(2**63))
     assert await db.query("select x from t") == [{"x": 2**63 - 1}, {"x": -(2**63)}]
+
+
+def test_connect_documents_every_address_form() -> None:
+    stub = (Path(__file__).parent.parent / "python" / "tinystore" / "_native.pyi").read_text()
+    for doc in (tinystore.connect.__doc__ or "", stub):
+        for form in ("unix:PATH", "tcp:HOST:PORT", "tls:HOST:PORT", "TINYSTORE_TOKEN", "TINYSTORE_CA"):
+            assert form in doc, form

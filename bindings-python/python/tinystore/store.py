@@ -195,7 +195,20 @@ def open(dir: Union[str, "os.PathLike[str]"]) -> Opening:
 
 
 def connect(address: str) -> Opening:
-    """Connects to a store another process serves at ``address``:
-    ``"unix:PATH"`` (an owner serves ``unix:<dir>/tinystore.sock``) or
-    ``"tcp:HOST:PORT"`` with a token. The same API as an owned store."""
+    """Connects to a store another process serves at ``address``; the same
+    API as an owned store, reconnecting by itself when the connection drops.
+
+    - ``"unix:PATH"``: a Unix socket (an owner serves ``unix:<dir>/tinystore.sock``).
+    - ``"tcp:HOST:PORT"``: TCP, with the token in the environment variable
+      ``TINYSTORE_TOKEN`` (made with ``tinystore token new <dir>``).
+    - ``"tls:HOST:PORT"``: TCP inside TLS, with the token in ``TINYSTORE_TOKEN``
+      and, in ``TINYSTORE_CA``, the PEM file of the certificate (or its CA)
+      the store serves, checked for HOST (see docs/wire.md, "TLS").
+
+    Raises ``InvalidError`` for an address out of rule or ``tls:`` without
+    ``TINYSTORE_CA``, ``IoError`` when nobody listens there or the CA file is
+    unreadable, ``AuthError`` for a wrong or missing token or a certificate
+    the CA does not vouch for, ``ProtocolError`` when only one side speaks
+    TLS. Runs off the event loop.
+    """
     return Opening(lambda: _native.connect(address))
