@@ -290,10 +290,12 @@ int32_t ts_subscribe(const struct TsStore *s,
                      struct TsError **err);
 
 /**
- * Takes up to `max` events that are ready now, without waiting. When none
- * is, arms the subscription: its token is pushed on the completion queue
- * once one is (or it ended). `*ended` is 1 once the subscription is stopped
- * or its store closed and nothing is left to read. The events stay valid
+ * Takes up to `max` events that are ready now, without waiting. When fewer
+ * than `max` come back and it has not ended, the subscription is armed: its
+ * token is pushed on the completion queue once more is ready (or it
+ * ended), so the caller waits for the token without calling again. `*ended`
+ * is 1 once the subscription is stopped or its store closed and nothing is
+ * left to read (it may come with the last events). The events stay valid
  * until the next call on this subscription.
  */
 int32_t ts_sub_next(const struct TsSub *sub,

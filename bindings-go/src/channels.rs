@@ -124,10 +124,12 @@ pub unsafe extern "C" fn ts_subscribe(
     })
 }
 
-/// Takes up to `max` events that are ready now, without waiting. When none
-/// is, arms the subscription: its token is pushed on the completion queue
-/// once one is (or it ended). `*ended` is 1 once the subscription is stopped
-/// or its store closed and nothing is left to read. The events stay valid
+/// Takes up to `max` events that are ready now, without waiting. When fewer
+/// than `max` come back and it has not ended, the subscription is armed: its
+/// token is pushed on the completion queue once more is ready (or it
+/// ended), so the caller waits for the token without calling again. `*ended`
+/// is 1 once the subscription is stopped or its store closed and nothing is
+/// left to read (it may come with the last events). The events stay valid
 /// until the next call on this subscription.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_sub_next(
@@ -145,15 +147,18 @@ pub unsafe extern "C" fn ts_sub_next(
         b.keys.clear();
         b.out.clear();
         let mut is_ended = false;
-        match sub.raw.poll_next(&mut Context::from_waker(&sub.waker)) {
-            Poll::Ready(Some(e)) => b.events.push(e),
-            Poll::Ready(None) => is_ended = true,
-            Poll::Pending => {}
-        }
-        while !b.events.is_empty() && b.events.len() < max.max(1) {
-            match sub.raw.try_next() {
-                Some(e) => b.events.push(e),
-                None => break,
+        // Polling to the end registers the waker at the last (Pending) poll,
+        // so a short batch leaves the subscription armed: the caller saves a
+        // call per wake-up that would only find nothing and arm it.
+        let mut cx = Context::from_waker(&sub.waker);
+        while b.events.len() < max.max(1) {
+            match sub.raw.poll_next(&mut cx) {
+                Poll::Ready(Some(e)) => b.events.push(e),
+                Poll::Ready(None) => {
+                    is_ended = true;
+                    break;
+                }
+                Poll::Pending => break,
             }
         }
         let Batch { events: evs, keys, out } = &mut *b;

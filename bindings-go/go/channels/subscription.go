@@ -115,7 +115,9 @@ func run[T any](s *Subscription, ctx context.Context, handler func(context.Conte
 		if ended {
 			return
 		}
-		if len(events) == 0 {
+		// A short batch left the subscription armed: its token comes when
+		// more is ready. A full one may have more behind it: read on.
+		if len(events) < batch {
 			select {
 			case <-s.ready:
 			case <-s.halt:

@@ -84,8 +84,10 @@ func (s *Store) Subscribe(ctx context.Context, channel string, keys []any, recur
 	return &Sub{p: p, store: s}, nil
 }
 
-// Next takes up to max events ready now. When none is, the subscription's
-// token is pushed once one is. ended is true once nothing more will come.
+// Next takes up to max events ready now. When fewer than max come back and
+// not ended, the subscription's token is pushed once more is ready: wait
+// for it before calling again. ended is true once nothing more will come
+// (it may come with the last events).
 func (s *Sub) Next(max int) (events []Event, ended bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
