@@ -45,10 +45,10 @@ func drain() {
 		// The goroutines just woken (a subscription's reader) sit in this
 		// P's run queue; were this goroutine to block in C now, they would
 		// wait for another thread to be woken and take them (or for sysmon
-		// to take the P back). Yielding runs them on this thread at once:
-		// over a connection this halved publish->deliver from Go
-		// (docs/performance-go.md). Tokens pushed meanwhile wait in the
-		// queue.
+		// to take the P back). Yielding runs them on this thread at once
+		// (publish->deliver: owned about halved, over a connection about a
+		// quarter less; docs/performance-go.md). Tokens pushed meanwhile
+		// wait in the queue.
 		runtime.Gosched()
 	}
 }
