@@ -372,9 +372,11 @@ impl Store {
     }
 
     /// [`status`](Store::status) as JSON, with the owner's connections.
+    /// Errors: `closed` once this handle was closed.
     pub fn status_json(&self) -> Result<serde_json::Value> {
         match &self.inner.backend {
             Backend::Owned(o) => {
+                self.check_open()?;
                 let st = StoreStatus {
                     dir: self.inner.dir.clone(),
                     pid: std::process::id(),

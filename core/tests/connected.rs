@@ -547,3 +547,16 @@ fn chan_03_connected_commit_after_close_rolls_back() {
     let n: Vec<N> = owner.database("d").open().unwrap().query("select count(*) as n from t").unwrap();
     assert_eq!(n[0].n, 0);
 }
+
+/// STORE-01: a closed handle says so when asked for its status, owned or
+/// connected, instead of showing what it last knew.
+#[test]
+fn store_01_status_of_a_closed_store_is_a_closed_error() {
+    let (owner, client, _d) = owner_and_client();
+    assert!(client.status_json().is_ok());
+    client.close();
+    assert_eq!(client.status_json().unwrap_err().code(), "closed");
+    assert!(owner.status_json().is_ok());
+    owner.close();
+    assert_eq!(owner.status_json().unwrap_err().code(), "closed");
+}
