@@ -2,8 +2,12 @@
 
 use std::sync::Arc;
 
+use napi::Env;
+use napi::bindgen_prelude::PromiseRaw;
 use napi_derive::napi;
 use tinystore::channels::{Event, RawSubscription};
+
+use crate::ready::promise;
 
 /// A message, or word of missed ones, as it crosses to JavaScript.
 ///
@@ -75,10 +79,11 @@ impl NativeSubscription {
 
     /// Waits for at least one event and gives up to `max`; empty once the
     /// subscription is stopped or its store closed.
-    #[napi]
-    pub async fn next(&self, max: u32) -> Vec<NativeEvent> {
+    #[napi(ts_return_type = "Promise<Array<NativeEvent>>")]
+    pub fn next<'env>(&self, env: &'env Env, max: u32) -> napi::Result<PromiseRaw<'env, Vec<NativeEvent>>> {
         let sub = self.sub.clone();
-        sub.next_batch(max as usize).await.into_iter().map(NativeEvent::from).collect()
+        // Settled by the engine thread that delivers (see `ready::promise`).
+        promise(env, async move { Ok(sub.next_batch(max as usize).await.into_iter().map(NativeEvent::from).collect()) })
     }
 
     /// True once stopped, or once the store closed and everything was read.
