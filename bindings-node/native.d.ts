@@ -75,8 +75,8 @@ export declare class NativeStore {
   /**
    * The store's status as JSON text (`tinystore status --json`), asked of
    * the owner over a connection; holder ids as text, every digit kept.
-   * Errors: `closed` once the store is closed (never the figures from
-   * before), the owner's errors over a connection.
+   * Errors: `closed` once the store is closed (the engine's check, never
+   * the figures from before), the owner's errors over a connection.
    */
   statusJson(): Promise<string>
   /** Checks a channel name (and that the store is open) when a handle is made. */
