@@ -60,10 +60,20 @@ pub fn check_ttl(ttl: Duration) -> Result<Duration> {
     Ok(ttl)
 }
 
-/// Checks a `wait` or `maxHold`: positive.
+/// The longest `wait`, `maxHold` or written duration: under 10^12 seconds
+/// (past that, a deadline would not fit the clock).
+pub const MAX_SPAN: Duration = Duration::from_secs(1_000_000_000_000);
+
+/// Checks a `wait` or `maxHold`: positive, and under [`MAX_SPAN`].
 pub fn check_positive(what: &str, d: Duration) -> Result<Duration> {
     if d.is_zero() {
         return Err(Error::invalid(format!("{what} must be positive, like \"10s\"; got 0")));
+    }
+    if d >= MAX_SPAN {
+        return Err(Error::invalid(format!(
+            "{what} of {} seconds is too long: give under 10^12 seconds, like \"10s\" or \"1h\"",
+            d.as_secs()
+        )));
     }
     Ok(d)
 }
@@ -82,7 +92,7 @@ pub fn parse_duration(text: &str) -> Result<Duration> {
         _ => f64::NAN,
     };
     match num.parse::<f64>() {
-        Ok(n) if scale.is_finite() && n.is_finite() && n >= 0.0 && n * scale < 1e12 => {
+        Ok(n) if scale.is_finite() && n.is_finite() && n >= 0.0 && n * scale < MAX_SPAN.as_secs_f64() => {
             Ok(Duration::from_secs_f64(n * scale))
         }
         _ => Err(Error::invalid(format!(

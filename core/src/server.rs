@@ -432,7 +432,10 @@ impl Conn {
                 let hold = need(r.hold, op, "hold")?;
                 let ttl = check_ttl(Duration::from_millis(need(r.ttl_ms, op, "ttl_ms")?))?;
                 let max_hold = r.max_hold_ms.map(|m| check_positive("maxHold", Duration::from_millis(m))).transpose()?;
-                let wait = Duration::from_millis(r.wait_ms.unwrap_or(0));
+                let wait = match r.wait_ms.unwrap_or(0) {
+                    0 => Duration::ZERO,
+                    ms => check_positive("wait", Duration::from_millis(ms))?,
+                };
                 let kind = match r.limit.unwrap_or(0) {
                     0 => Kind::Lock,
                     n => Kind::Semaphore { limit: n },

@@ -51,8 +51,8 @@ pub struct Request<'a> {
     /// publish, subscribe: the branch's path of keys (strings or integers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<Vec<Key>>,
-    /// publish: the message, any JSON.
-    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    /// publish: the message, any JSON (`null` too: present, not missing).
+    #[serde(default, borrow, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub data: Option<&'a RawValue>,
     /// subscribe, unsubscribe: the subscription's number, chosen by the client.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -690,6 +690,12 @@ impl Sink {
             }
         }
     }
+}
+
+/// A field that is there, even as `null`: `Some`; serde's `Option` would
+/// read `null` as absent, and a message of `null` is a message.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue as Deserialize>::deserialize(d).map(Some)
 }
 
 /// Decodes `bytes` as a stream of frames the way both ends do: each frame

@@ -560,3 +560,37 @@ fn store_01_status_of_a_closed_store_is_a_closed_error() {
     owner.close();
     assert_eq!(owner.status_json().unwrap_err().code(), "closed");
 }
+
+/// CHAN-01 over a connection: `null` is a message like any other JSON.
+#[test]
+fn chan_01_connected_null_is_a_message() {
+    let (_owner, client, _d) = owner_and_client();
+    let events = client.channel::<Option<u64>>("c").open().unwrap();
+    let mut it = events.under(1).messages().unwrap();
+    events.under(1).publish(&None).unwrap();
+    events.under(1).publish(&Some(3)).unwrap();
+    match it.next_timeout(Duration::from_secs(2)).unwrap() {
+        Some(Delivery::Message(m)) => assert_eq!(m.value, None),
+        other => panic!("{other:?}"),
+    }
+    match it.next_timeout(Duration::from_secs(2)).unwrap() {
+        Some(Delivery::Message(m)) => assert_eq!(m.value, Some(3)),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// LOCK-06 and LOCK-03: a `maxHold` or `wait` too long for the clock is an
+/// `invalid` error, never a panic, owned or connected; the store goes on.
+#[test]
+fn lock_06_lock_03_durations_too_long_for_the_clock_are_invalid() {
+    let (owner, client, _d) = owner_and_client();
+    for s in [&owner, &client] {
+        let Err(e) = s.lock("l").max_hold(Duration::from_secs(u64::MAX / 2)).open() else { panic!("a maxHold of 292 billion years was taken") };
+        assert_eq!(e.code(), "invalid", "{e}");
+        assert!(e.message().contains("too long"), "{e}");
+        let Err(e) = s.lock("l").wait(Duration::from_millis(u64::MAX)).open() else { panic!("a wait of 584 million years was taken") };
+        assert_eq!(e.code(), "invalid", "{e}");
+        let lock = s.lock("l").open().unwrap();
+        lock.hold("k", |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
+    }
+}
