@@ -554,7 +554,7 @@ impl Conn {
             }
             "status" => {
                 self.need_role(Role::Read, "read status")?;
-                let mut v = serde_json::to_value(store.status()).unwrap_or_default();
+                let mut v = serde_json::to_value(store.status()?).unwrap_or_default();
                 v["connections"] = self.server.connections();
                 answer_ok(&self.out, id, &v);
             }

@@ -357,18 +357,12 @@ impl Store {
     }
 
     /// What the store holds now: subscribers and their branches, held keys
-    /// with fences and waiters. Over a connection, asks the owner.
-    pub fn status(&self) -> StoreStatus {
-        self.status_json().ok().and_then(|v| serde_json::from_value(v).ok()).unwrap_or_else(|| StoreStatus {
-            dir: self.inner.dir.clone(),
-            pid: 0,
-            epoch: 0,
-            uptime_ms: 0,
-            subscriptions: 0,
-            channel_bytes: 0,
-            branches: Vec::new(),
-            locks: Vec::new(),
-        })
+    /// with fences and waiters. Over a connection, asks the owner. Errors:
+    /// `closed` once this handle was closed; over a connection, what the
+    /// request met (`timeout` when the owner does not answer).
+    pub fn status(&self) -> Result<StoreStatus> {
+        let v = self.status_json()?;
+        serde_json::from_value(v).map_err(|e| Error::new(ErrorKind::Protocol, format!("the store's status is not in the expected shape: {e}")))
     }
 
     /// [`status`](Store::status) as JSON, with the owner's connections.

@@ -137,7 +137,7 @@ fn chan_04_c8_publish_during_outage_is_never_silent() {
         p.stall();
         p.cut();
         // The owner has noticed the cut (only the keeper remains subscribed).
-        assert!(common::eventually(3000, || owner.status().subscriptions == kept as usize));
+        assert!(common::eventually(3000, || owner.status().unwrap().subscriptions == kept as usize));
         for i in 1..=5 {
             events.under(1).publish(&i).unwrap();
         }
@@ -207,7 +207,7 @@ fn chan_04_store_restart_says_unknown_count_then_goes_on() {
     assert_eq!(next_value(&mut it, 5000), Some(Err(Missed { count: None, reason: MissedReason::Reconnect })));
     // The resubscription is in place once the miss is told; publish after.
     let events = owner2.channel::<u64>("c").open().unwrap();
-    assert!(common::eventually(3000, || owner2.status().subscriptions == 1));
+    assert!(common::eventually(3000, || owner2.status().unwrap().subscriptions == 1));
     events.under(1).publish(&9).unwrap();
     assert_eq!(next_value(&mut it, 3000), Some(Ok(9)));
 }
@@ -503,7 +503,7 @@ fn lock_04_connected_cancelled_waiter_leaves_the_line() {
     let waiting = raw.acquire("k".into(), Holder::unique(), terms, Duration::from_secs(10));
     let r = runtime::block_on(async { tokio::time::timeout(Duration::from_millis(300), waiting).await });
     assert!(r.is_err(), "still waiting when cancelled");
-    assert!(common::eventually(2000, || owner.status().locks.first().is_some_and(|k| k.waiters == 0)));
+    assert!(common::eventually(2000, || owner.status().unwrap().locks.first().is_some_and(|k| k.waiters == 0)));
     drop(held);
     let next = runtime::block_on(raw.try_acquire("k".into(), Holder::unique(), terms)).unwrap();
     assert!(next.is_some(), "the key is free: the cancelled waiter never got it");

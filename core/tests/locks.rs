@@ -120,7 +120,7 @@ fn lock_03_waiters_get_the_key_in_the_order_they_asked() {
             l.release().unwrap();
         }));
         // Each waiter is in line before the next one asks.
-        assert!(common::eventually(2000, || store.status().locks.first().is_some_and(|k| k.waiters == i + 1)));
+        assert!(common::eventually(2000, || store.status().unwrap().locks.first().is_some_and(|k| k.waiters == i + 1)));
     }
     first.release().unwrap();
     threads.into_iter().for_each(|t| t.join().unwrap());
@@ -160,7 +160,7 @@ fn lock_04_cancelled_waiter_leaves_the_line() {
     let waiting = raw.acquire("k".into(), Holder(0), Terms::default(), Duration::from_secs(5));
     let r = runtime::block_on(async { tokio::time::timeout(Duration::from_millis(50), waiting).await });
     assert!(r.is_err());
-    assert_eq!(store.status().locks[0].waiters, 0);
+    assert_eq!(store.status().unwrap().locks[0].waiters, 0);
     held.release().unwrap();
     assert!(runtime::block_on(raw.try_acquire("k".into(), Holder(0), Terms::default())).unwrap().is_some());
 }
@@ -324,7 +324,7 @@ fn store_01_close_lets_keys_go_and_tells_holders_and_waiters() {
     let held = runtime::block_on(raw.acquire("k".into(), Holder(0), Terms::default(), Duration::from_secs(1))).unwrap();
     let r2 = raw.clone();
     let waiter = std::thread::spawn(move || runtime::block_on(r2.acquire("k".into(), Holder(0), Terms::default(), Duration::from_secs(5))));
-    assert!(common::eventually(2000, || store.status().locks.first().is_some_and(|k| k.waiters == 1)));
+    assert!(common::eventually(2000, || store.status().unwrap().locks.first().is_some_and(|k| k.waiters == 1)));
     store.close();
     assert_eq!(waiter.join().unwrap().unwrap_err().code(), "closed");
     assert!(held.is_lost());

@@ -142,7 +142,7 @@ fn lock_02_chan_04_kill_9_of_server_then_restart() {
     }
     let f2 = lock.hold("k", |l| -> tinystore::Result<Fence> { Ok(l.fence()) }).unwrap();
     assert!(f2 > f1 && f2.epoch() > f1.epoch());
-    assert!(common::eventually(3000, || store.status().subscriptions == 1));
+    assert!(common::eventually(3000, || store.status().unwrap().subscriptions == 1));
     store.channel::<u64>("c").open().unwrap().under(1).publish(&3).unwrap();
     assert!(matches!(it.next_timeout(Duration::from_secs(3)).unwrap(), Some(Delivery::Message(m)) if m.value == 3));
 }
@@ -158,7 +158,7 @@ fn c5_a_reader_that_stops_reading_never_slows_publishers_and_gets_exact_count() 
     let mut r = worker(&["listen", d.path().to_str().unwrap(), "c"]);
     let mut out = BufReader::new(r.stdout.take().unwrap());
     assert_eq!(line(&mut out), "listening");
-    assert!(common::eventually(3000, || store.status().subscriptions == 1));
+    assert!(common::eventually(3000, || store.status().unwrap().subscriptions == 1));
     signal(r.id() as i32, libc::SIGSTOP);
     let events = store.channel::<String>("c").open().unwrap();
     let payload = "x".repeat(1000);
@@ -276,7 +276,7 @@ fn wire_01_bad_input_gets_clear_errors_and_hurts_nobody_else() {
     }
     assert_eq!(seen, vec![41, 42]);
     assert!(!held.is_lost());
-    let st = store.status();
+    let st = store.status().unwrap();
     assert_eq!(st.locks.len(), 1);
     assert_eq!(st.locks[0].holders[0].fence, held.fence());
     assert_eq!(st.pid, server.0.id());
@@ -296,7 +296,7 @@ fn l1_frozen_waiter_never_runs_and_the_key_is_free_for_others() {
     let mut b = worker(&["wait", d.path().to_str().unwrap(), "1000", "k"]);
     let mut out = BufReader::new(b.stdout.take().unwrap());
     assert_eq!(line(&mut out), "waiting");
-    assert!(common::eventually(3000, || store.status().locks.first().is_some_and(|k| k.waiters == 1)));
+    assert!(common::eventually(3000, || store.status().unwrap().locks.first().is_some_and(|k| k.waiters == 1)));
     signal(b.id() as i32, libc::SIGSTOP);
     std::thread::sleep(Duration::from_millis(2000));
     a.release().unwrap();
