@@ -154,23 +154,19 @@ impl Server {
                 use std::os::unix::fs::PermissionsExt;
                 std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
                     .map_err(|e| Error::io("could not make the socket owner-only", e))?;
-                let me = self.clone();
                 let name = address.to_string();
-                runtime::spawn(async move {
-                    loop {
-                        tokio::select! {
-                            a = l.accept() => match a {
-                                Ok((s, _)) => {
-                                    if let Ok(halves) = wire::split_unix(s) {
-                                        runtime::spawn(me.clone().connection(halves, name.clone(), None));
-                                    }
-                                }
-                                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-                            },
-                            _ = me.stopping.notified() => return,
+                let l = Arc::new(l);
+                self.accept_loop(
+                    move || {
+                        let l = l.clone();
+                        async move { l.accept().await }
+                    },
+                    move |me, (s, _)| {
+                        if let Ok(halves) = wire::split_unix(s) {
+                            runtime::spawn(me.clone().connection(halves, name.clone(), None));
                         }
-                    }
-                });
+                    },
+                );
             }
             Address::Tcp(hp) => {
                 let tokens = Arc::new(Tokens::load(self.store.get()?.dir())?);
@@ -178,21 +174,16 @@ impl Server {
                 if !l.local_addr().map(|a| a.ip().is_loopback()).unwrap_or(false) {
                     eprintln!("tinystore: warning: plain TCP on {hp} listens beyond loopback; tokens and messages cross the network unencrypted (serve tls:{hp} instead)");
                 }
-                let me = self.clone();
-                runtime::spawn(async move {
-                    loop {
-                        tokio::select! {
-                            a = l.accept() => match a {
-                                Ok((s, peer)) => {
-                                    let me2 = me.clone();
-                                    runtime::spawn(me2.connection(wire::split_tcp(s), format!("tcp:{peer}"), Some(tokens.clone())));
-                                }
-                                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-                            },
-                            _ = me.stopping.notified() => return,
-                        }
-                    }
-                });
+                let l = Arc::new(l);
+                self.accept_loop(
+                    move || {
+                        let l = l.clone();
+                        async move { l.accept().await }
+                    },
+                    move |me, (s, peer)| {
+                        runtime::spawn(me.clone().connection(wire::split_tcp(s), format!("tcp:{peer}"), Some(tokens.clone())));
+                    },
+                );
             }
             Address::Tls(hp) => {
                 let dir = self.store.get()?.dir().to_path_buf();
@@ -203,30 +194,47 @@ impl Server {
                 };
                 let acceptor = tokio_rustls::TlsAcceptor::from(crate::tls::server_config(&cert, &key)?);
                 let l = bind_tcp("tls", hp)?;
-                let me = self.clone();
-                runtime::spawn(async move {
-                    loop {
-                        tokio::select! {
-                            a = l.accept() => match a {
-                                Ok((s, peer)) => {
-                                    // The handshake runs in the connection's task: a
-                                    // slow or plain client never holds up the others.
-                                    let (me2, tokens, acceptor) = (me.clone(), tokens.clone(), acceptor.clone());
-                                    runtime::spawn(async move {
-                                        if let Some(halves) = crate::tls::accept(s, &acceptor).await {
-                                            me2.connection(halves, format!("tls:{peer}"), Some(tokens)).await;
-                                        }
-                                    });
-                                }
-                                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-                            },
-                            _ = me.stopping.notified() => return,
-                        }
-                    }
-                });
+                let l = Arc::new(l);
+                self.accept_loop(
+                    move || {
+                        let l = l.clone();
+                        async move { l.accept().await }
+                    },
+                    move |me, (s, peer)| {
+                        // The handshake runs in the connection's task: a
+                        // slow or plain client never holds up the others.
+                        let (me2, tokens, acceptor) = (me.clone(), tokens.clone(), acceptor.clone());
+                        runtime::spawn(async move {
+                            if let Some(halves) = crate::tls::accept(s, &acceptor).await {
+                                me2.connection(halves, format!("tls:{peer}"), Some(tokens)).await;
+                            }
+                        });
+                    },
+                );
             }
         }
         Ok(())
+    }
+
+    /// Accepts connections until the server stops; `start` begins each one.
+    /// A failed accept (out of file descriptors) is retried after 50 ms.
+    fn accept_loop<C, F>(self: &Arc<Self>, accept: impl Fn() -> F + Send + 'static, start: impl Fn(&Arc<Server>, C) + Send + 'static)
+    where
+        F: std::future::Future<Output = std::io::Result<C>> + Send,
+        C: Send + 'static,
+    {
+        let me = self.clone();
+        runtime::spawn(async move {
+            loop {
+                tokio::select! {
+                    a = accept() => match a {
+                        Ok(c) => start(&me, c),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                    },
+                    _ = me.stopping.notified() => return,
+                }
+            }
+        });
     }
 
     /// Stops listening and tells every client the owner is going away.
