@@ -110,6 +110,26 @@ impl Outbox {
     }
 }
 
+/// A socket listener: Unix or TCP (TLS is TCP with a handshake after).
+trait Listener: Send + Sync + 'static {
+    type Conn: Send + 'static;
+    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<Self::Conn>> + Send;
+}
+
+impl Listener for tokio::net::UnixListener {
+    type Conn = (tokio::net::UnixStream, tokio::net::unix::SocketAddr);
+    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<Self::Conn>> + Send {
+        self.accept()
+    }
+}
+
+impl Listener for tokio::net::TcpListener {
+    type Conn = (tokio::net::TcpStream, std::net::SocketAddr);
+    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<Self::Conn>> + Send {
+        self.accept()
+    }
+}
+
 /// A hold waiting in line: its lock, key and waiter id.
 type InLine = (Arc<Table>, Key, u64);
 
@@ -155,18 +175,11 @@ impl Server {
                 std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
                     .map_err(|e| Error::io("could not make the socket owner-only", e))?;
                 let name = address.to_string();
-                let l = Arc::new(l);
-                self.accept_loop(
-                    move || {
-                        let l = l.clone();
-                        async move { l.accept().await }
-                    },
-                    move |me, (s, _)| {
-                        if let Ok(halves) = wire::split_unix(s) {
-                            runtime::spawn(me.clone().connection(halves, name.clone(), None));
-                        }
-                    },
-                );
+                self.accept_loop(l, move |me, (s, _)| {
+                    if let Ok(halves) = wire::split_unix(s) {
+                        runtime::spawn(me.clone().connection(halves, name.clone(), None));
+                    }
+                });
             }
             Address::Tcp(hp) => {
                 let tokens = Arc::new(Tokens::load(self.store.get()?.dir())?);
@@ -174,16 +187,9 @@ impl Server {
                 if !l.local_addr().map(|a| a.ip().is_loopback()).unwrap_or(false) {
                     eprintln!("tinystore: warning: plain TCP on {hp} listens beyond loopback; tokens and messages cross the network unencrypted (serve tls:{hp} instead)");
                 }
-                let l = Arc::new(l);
-                self.accept_loop(
-                    move || {
-                        let l = l.clone();
-                        async move { l.accept().await }
-                    },
-                    move |me, (s, peer)| {
-                        runtime::spawn(me.clone().connection(wire::split_tcp(s), format!("tcp:{peer}"), Some(tokens.clone())));
-                    },
-                );
+                self.accept_loop(l, move |me, (s, peer)| {
+                    runtime::spawn(me.clone().connection(wire::split_tcp(s), format!("tcp:{peer}"), Some(tokens.clone())));
+                });
             }
             Address::Tls(hp) => {
                 let dir = self.store.get()?.dir().to_path_buf();
@@ -194,23 +200,16 @@ impl Server {
                 };
                 let acceptor = tokio_rustls::TlsAcceptor::from(crate::tls::server_config(&cert, &key)?);
                 let l = bind_tcp("tls", hp)?;
-                let l = Arc::new(l);
-                self.accept_loop(
-                    move || {
-                        let l = l.clone();
-                        async move { l.accept().await }
-                    },
-                    move |me, (s, peer)| {
-                        // The handshake runs in the connection's task: a
-                        // slow or plain client never holds up the others.
-                        let (me2, tokens, acceptor) = (me.clone(), tokens.clone(), acceptor.clone());
-                        runtime::spawn(async move {
-                            if let Some(halves) = crate::tls::accept(s, &acceptor).await {
-                                me2.connection(halves, format!("tls:{peer}"), Some(tokens)).await;
-                            }
-                        });
-                    },
-                );
+                self.accept_loop(l, move |me, (s, peer)| {
+                    // The handshake runs in the connection's task: a
+                    // slow or plain client never holds up the others.
+                    let (me2, tokens, acceptor) = (me.clone(), tokens.clone(), acceptor.clone());
+                    runtime::spawn(async move {
+                        if let Some(halves) = crate::tls::accept(s, &acceptor).await {
+                            me2.connection(halves, format!("tls:{peer}"), Some(tokens)).await;
+                        }
+                    });
+                });
             }
         }
         Ok(())
@@ -218,16 +217,12 @@ impl Server {
 
     /// Accepts connections until the server stops; `start` begins each one.
     /// A failed accept (out of file descriptors) is retried after 50 ms.
-    fn accept_loop<C, F>(self: &Arc<Self>, accept: impl Fn() -> F + Send + 'static, start: impl Fn(&Arc<Server>, C) + Send + 'static)
-    where
-        F: std::future::Future<Output = std::io::Result<C>> + Send,
-        C: Send + 'static,
-    {
+    fn accept_loop<L: Listener>(self: &Arc<Self>, l: L, start: impl Fn(&Arc<Server>, L::Conn) + Send + 'static) {
         let me = self.clone();
         runtime::spawn(async move {
             loop {
                 tokio::select! {
-                    a = accept() => match a {
+                    a = l.accept_one() => match a {
                         Ok(c) => start(&me, c),
                         Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
                     },
