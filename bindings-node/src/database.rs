@@ -8,7 +8,7 @@ use tinystore::sql::{Rows, Statement};
 use tinystore::{Database, Done, Tx};
 
 use crate::convert::{self, JsKey, JsSqlParam, JsSqlValue};
-use crate::errors::blocking;
+use crate::errors::{IntoNapi, blocking};
 
 /// What a write did.
 #[napi(object)]
@@ -64,7 +64,14 @@ impl NativeDatabase {
     pub async fn exec(&self, sql: String, params: Vec<JsSqlParam>) -> napi::Result<NativeDone> {
         let stmt = statement(sql, params)?;
         let db = self.db.clone();
-        Ok(blocking(move || db.exec(stmt)).await?.into())
+        // Queue for the writer here, not on a blocking thread (see writer_turn).
+        let turn = db.writer_turn().await.napi()?;
+        Ok(blocking(move || {
+            let _turn = turn;
+            db.exec(stmt)
+        })
+        .await?
+        .into())
     }
 
     /// Runs a query.
@@ -79,7 +86,12 @@ impl NativeDatabase {
     #[napi]
     pub async fn begin(&self) -> napi::Result<NativeTx> {
         let db = self.db.clone();
-        let tx = blocking(move || db.begin()).await?;
+        let turn = db.writer_turn().await.napi()?;
+        let tx = blocking(move || {
+            let _turn = turn;
+            db.begin()
+        })
+        .await?;
         Ok(NativeTx { tx: Arc::new(Mutex::new(Some(tx))) })
     }
 }

@@ -21,6 +21,26 @@ for (const mode of MODES) {
       return { store, db: await store.database('notes', { migrations: dir }), dir }
     }
 
+    it('CHAN-03: a thousand transactions at once queue for the writer; none fails with busy', async () => {
+      // More than the blocking threads (512): they wait for the writer
+      // without a thread each, so the transaction holding it always has a
+      // thread for its next statement.
+      const { store, db } = await database()
+      const events = store.channel<number>('notes-events')
+      const ids = await Promise.all(
+        Array.from({ length: 1000 }, () =>
+          db.tx(async (tx) => {
+            const done = await tx.exec('insert into notes (text) values (?)', 't')
+            await tx.with(events).under(1).publish(Number(done.lastInsertRowid))
+            return Number(done.lastInsertRowid)
+          }),
+        ),
+      )
+      assert.deepEqual([...ids].sort((a, b) => a - b), Array.from({ length: 1000 }, (_, i) => i + 1))
+      await Promise.all(Array.from({ length: 600 }, () => db.exec('insert into notes (text) values (?)', 'e')))
+      assert.deepEqual(await db.query('select count(*) as n from notes'), [{ n: 1600 }])
+    })
+
     it('a tagged template binds its values as parameters, never as text', async () => {
       const { db } = await database()
       const evil = "x'); drop table notes; --"

@@ -6,10 +6,10 @@ use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use tinystore::sql::{Rows, SqlValue, Statement};
-use tinystore::{Database, Error, ErrorKind, Tx};
+use tinystore::{Database, Error, ErrorKind, Tx, runtime};
 
 use crate::channels::NativeBranch;
-use crate::pending::{Convert, run_blocking, value};
+use crate::pending::{Convert, Outcome, run_blocking, run_future, value};
 use crate::convert;
 
 fn statement(sql: String, params: &Bound<'_, PyTuple>) -> PyResult<Statement> {
@@ -37,6 +37,11 @@ fn rows(r: Rows) -> Convert {
     })
 }
 
+/// Runs `f` on the runtime's blocking threads and waits for it.
+async fn blocking(f: impl FnOnce() -> Outcome + Send + 'static) -> Outcome {
+    runtime::handle().spawn_blocking(f).await.unwrap_or_else(|e| Err(Error::new(ErrorKind::Internal, format!("a blocking call failed: {e}"))))
+}
+
 /// A SQL database of the store.
 #[pyclass(frozen, module = "tinystore._native")]
 pub struct NativeDatabase {
@@ -49,7 +54,15 @@ impl NativeDatabase {
     #[pyo3(signature = (sql, *params))]
     fn exec(&self, py: Python<'_>, sql: String, params: &Bound<'_, PyTuple>) -> PyResult<Py<PyAny>> {
         let (db, stmt) = (self.db.clone(), statement(sql, params)?);
-        run_blocking(py, move || db.exec(stmt).map(done))
+        // Queue for the writer here, not on a blocking thread (see writer_turn).
+        run_future(py, async move {
+            let turn = db.writer_turn().await?;
+            blocking(move || {
+                let _turn = turn;
+                db.exec(stmt).map(done)
+            })
+            .await
+        })
     }
 
     /// Runs a query: a `Pending` of a list of dicts.
@@ -62,7 +75,14 @@ impl NativeDatabase {
     /// Begins a transaction: a `Pending` of a `NativeTx`.
     fn begin(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let db = self.db.clone();
-        run_blocking(py, move || db.begin().map(|tx| value(NativeTx { tx: Arc::new(Mutex::new(Some(tx))) })))
+        run_future(py, async move {
+            let turn = db.writer_turn().await?;
+            blocking(move || {
+                let _turn = turn;
+                db.begin().map(|tx| value(NativeTx { tx: Arc::new(Mutex::new(Some(tx))) }))
+            })
+            .await
+        })
     }
 
     #[getter]

@@ -77,3 +77,30 @@ async def test_a_failing_migration_raises_sql_error(store: tinystore.Store, tmp_
     (bad / "0001_bad.sql").write_text("create tabel oops (x);")
     with pytest.raises(tinystore.SqlError):
         await store.database("other", migrations=bad)
+
+
+async def test_chan_03_a_thousand_transactions_at_once_queue_for_the_writer(store: tinystore.Store) -> None:
+    # More transactions than the runtime has blocking threads (512): they
+    # queue for the writer without a thread each, so the one that holds it
+    # always has a thread for its next statement; none fails with busy.
+    db = await store.database("chat", migrations=MIGRATIONS)
+    events = store.channel("chat-events")
+    got: list[object] = []
+    sub = await events.under(1).subscribe(got.append)
+
+    async def add(tx: tinystore.SqlTx) -> int:
+        done = await tx.exec("insert into chats (title) values (?)", "t")
+        await tx.with_(events).under(1).publish(done.last_insert_rowid)
+        return done.last_insert_rowid
+
+    ids = await asyncio.gather(*(db.tx(add) for _ in range(1000)))
+    assert sorted(ids) == list(range(1, 1001))
+    writes = await asyncio.gather(*(db.exec("insert into chats (title) values (?)", "e") for _ in range(600)))
+    assert len(writes) == 600
+    assert await db.query("select count(*) as n from chats") == [{"n": 1600}]
+    for _ in range(200):
+        if len(got) == 1000:
+            break
+        await asyncio.sleep(0.02)
+    await sub.stop()
+    assert len(got) == 1000

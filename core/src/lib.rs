@@ -53,7 +53,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use fence::Fence;
 pub use key::Key;
 pub use locks::{Lease, Lock, Permit, Semaphore};
-pub use sql::{Database, Done, Tx};
+pub use sql::{Database, Done, Tx, WriterTurn};
 pub use store::{ConnectOptions, OpenOptions, Publish, RawLock, Store, StoreStatus, unix_millis};
 
 /// The version of this crate.

@@ -197,6 +197,7 @@ impl DatabaseBuilder {
                 busy: self.busy_timeout,
                 writer: Mutex::new(Some(writer)),
                 writer_back: Condvar::new(),
+                turns: Arc::new(tokio::sync::Semaphore::new(1)),
                 readers: Mutex::new(Vec::new()),
             }),
         })
@@ -222,7 +223,16 @@ struct DbInner {
     /// for as long as it lasts, put back after.
     writer: Mutex<Option<Connection>>,
     writer_back: Condvar,
+    /// One turn at waiting for the writer, for [`Database::writer_turn`].
+    turns: Arc<tokio::sync::Semaphore>,
     readers: Mutex<Vec<Connection>>,
+}
+
+/// A turn at the writer: while it lives, this caller alone may wait for
+/// the writing connection (`exec`, `begin`). Drop it once `exec` or
+/// `begin` returned.
+pub struct WriterTurn {
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 fn connect(path: &Path, busy: Duration) -> Result<Connection> {
@@ -238,6 +248,17 @@ impl Database {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// Waits without a thread for a turn at the writer. Async bindings await
+    /// this before they hand `exec` or `begin` to a blocking thread: callers
+    /// then queue here, and never fill the blocking threads with waiters
+    /// while the transaction that holds the writer needs one for its next
+    /// statement. Errors: `closed`.
+    pub async fn writer_turn(&self) -> Result<WriterTurn> {
+        self.inner.store.check_open()?;
+        let permit = self.inner.turns.clone().acquire_owned().await.map_err(|_| Error::closed())?;
+        Ok(WriterTurn { _permit: permit })
     }
 
     /// Takes the writing connection, waiting up to the busy timeout.
