@@ -124,3 +124,36 @@ async def test_a_child_forked_after_a_store_opened_is_refused_clearly(store: tin
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 7
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+async def test_lock_01_a_forked_child_cannot_use_the_parents_store(store: tinystore.Store) -> None:
+    # The handle a child inherits is the parent's: using it there would work
+    # on a private copy of the engine (a second holder of the same key with
+    # the same fence, publishes nobody hears). Every use is refused instead.
+    lock = store.lock("l")
+    events = store.channel("c")
+    pid = os.fork()
+    if pid == 0:
+        refused = 0
+        try:
+            async def use() -> None:
+                nonlocal refused
+                try:
+                    await events.under(1).publish("from the child")
+                except (tinystore.Error, RuntimeError) as e:
+                    refused += "fork" in str(e)
+                try:
+                    async with lock.hold("k"):
+                        pass
+                except (tinystore.Error, RuntimeError) as e:
+                    refused += "fork" in str(e)
+
+            asyncio.run(use())
+        except BaseException:
+            os._exit(3)
+        os._exit(10 + refused)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 12
+    async with lock.try_hold("k") as lease:
+        assert lease is not None  # the parent's store was not touched

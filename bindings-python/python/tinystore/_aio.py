@@ -78,6 +78,9 @@ def running_loop(what: str) -> asyncio.AbstractEventLoop:
 
 def wait(pending: Any, loop: "asyncio.AbstractEventLoop | None" = None) -> asyncio.Future[Any]:
     """A future of the running loop (or ``loop``, the running one) for a started ``Pending``."""
+    if _forked_after_start:
+        # Nothing would ever complete it: the engine's threads stayed in the parent.
+        raise RuntimeError(_FORKED)
     if loop is None:
         loop = asyncio.get_running_loop()
     c = _completers.get(loop)
@@ -98,18 +101,19 @@ async def result(r: Any) -> Any:
 # engine; it must open its own stores after a fresh start (spawn/forkserver).
 _engine_started = False
 _forked_after_start = False
+_FORKED = (
+    "tinystore: this process was forked after the parent opened a store, and the engine's "
+    "threads do not survive fork(): open stores only in processes that have not inherited "
+    "an open engine (use multiprocessing's 'spawn' or 'forkserver' start method, or open "
+    "stores in the children only)"
+)
 
 
 def engine_starting() -> None:
     """Called before opening a store; refuses a child forked after the engine started."""
     global _engine_started
     if _forked_after_start:
-        raise RuntimeError(
-            "tinystore: this process was forked after the parent opened a store, and the engine's "
-            "threads do not survive fork(): open stores only in processes that have not inherited "
-            "an open engine (use multiprocessing's 'spawn' or 'forkserver' start method, or open "
-            "stores in the children only)"
-        )
+        raise RuntimeError(_FORKED)
     _engine_started = True
 
 
