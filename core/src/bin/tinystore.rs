@@ -141,6 +141,10 @@ fn duration(s: &str) -> Result<Duration, String> {
 }
 
 fn main() -> ExitCode {
+    // Output into a closed pipe (`tinystore status data | head -1`) ends the
+    // program quietly, as command-line tools do, instead of a panic.
+    // SAFETY: set before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
@@ -162,7 +166,17 @@ fn reach(target: &str) -> Result<Store, Error> {
     }
     let sock = std::path::Path::new(target).join("tinystore.sock");
     Store::connect(&format!("unix:{}", sock.display())).map_err(|e| {
-        Error::new(e.kind(), format!("no process serves the store {target} (start one with `tinystore serve {target}`): {}", e.message()))
+        let m = e.message();
+        let advice = if m.contains("Permission denied") {
+            format!("the store {target} is served by another user's process, and its socket is owner-only: run this as that user")
+        } else if m.contains("did not answer") {
+            format!("a process serves the store {target} but does not answer (frozen, or overloaded): see `ps`, or wait")
+        } else if sock.exists() {
+            format!("nothing answers at {} (its owner may have died): start one with `tinystore serve {target}`", sock.display())
+        } else {
+            format!("no process serves the store {target}: start one with `tinystore serve {target}`")
+        };
+        Error::new(e.kind(), format!("{advice} ({m})"))
     })
 }
 
