@@ -19,10 +19,33 @@ use tokio::sync::Notify;
 
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 
+/// True in a child forked after this process started the engine: its
+/// threads did not survive the fork, so nothing of it may be used there.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn forked_child() {
+    FORKED.store(true, Ordering::Release);
+}
+
+/// An error when this process is a child forked after its parent started
+/// the engine: its stores, leases and subscriptions stayed in the parent.
+pub(crate) fn check_not_forked() -> crate::Result<()> {
+    if FORKED.load(Ordering::Acquire) {
+        return Err(crate::Error::new(
+            crate::ErrorKind::Closed,
+            "this process was forked after its parent opened a store: the store, its leases and subscriptions stay with the parent (threads do not survive fork()); open stores in processes that did not inherit an open engine (multiprocessing's 'spawn' or 'forkserver', or open only in the children)",
+        ));
+    }
+    Ok(())
+}
+
 /// The engine's runtime handle, started on first use (two worker threads).
 pub fn handle() -> &'static Handle {
     RUNTIME
         .get_or_init(|| {
+            // SAFETY: the handler only stores to an atomic, which is
+            // async-signal-safe as fork's child handlers must be.
+            unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .thread_name("tinystore")

@@ -179,12 +179,17 @@ impl DatabaseBuilder {
     }
 
     /// Opens `<dir>/<name>.db` and applies the migrations. Errors: `invalid`
-    /// (name out of rule), `sql` (a migration failed: nothing of it stays
+    /// (name out of rule, or `kv`, the store's own), `sql` (a migration failed: nothing of it stays
     /// applied; or an applied file was edited), `io`, `busy`, `closed`.
     pub fn open(self) -> Result<Database> {
         check_name("database", &self.name)?;
+        if self.name == "kv" {
+            // kv.db keeps the store's epoch: writing there could make fences repeat.
+            return Err(Error::invalid("the database name \"kv\" is the store's own (kv.db keeps its epoch, which fences grow from): pick another name"));
+        }
         check_positive("busy timeout", self.busy_timeout)?;
         self.store.check_open()?;
+        self.store.check_files_here()?;
         let path = self.store.dir().join(format!("{}.db", self.name));
         let writer = connect(&path, self.busy_timeout)?;
         if let Some(dir) = &self.migrations {

@@ -180,6 +180,16 @@ impl Store {
     }
 
     fn open_owned(dir: &Path, opts: &OpenOptions) -> Result<Store> {
+        // Before anything is made: its socket's path must fit the OS's limit.
+        let sock = socket_path(&absolute(dir)?);
+        let len = sock.as_os_str().len();
+        if len >= SOCKET_PATH_MAX {
+            return Err(Error::invalid(format!(
+                "the store directory {} is too deep: its socket {} would be {len} bytes, and a Unix socket's path must be under {SOCKET_PATH_MAX}; use a shorter path (a symbolic link to the directory works)",
+                dir.display(),
+                sock.display()
+            )));
+        }
         std::fs::create_dir_all(dir).map_err(|e| Error::io(&format!("could not make the store directory {}", dir.display()), e))?;
         let dir = absolute(dir)?;
         let lock = take_dir_lock(&dir)?;
@@ -400,7 +410,26 @@ impl Store {
         }
     }
 
+    /// The store's files are reachable from here: always for the owner; for
+    /// a connected store, only where its owner holds `<dir>/owner.lock` on
+    /// this machine. Over `tcp:` or `tls:` from another machine the same
+    /// path would be another file, or none (SQL runs next to the store).
+    pub(crate) fn check_files_here(&self) -> Result<()> {
+        let Backend::Connected(_) = &self.inner.backend else { return Ok(()) };
+        let path = self.inner.dir.join("owner.lock");
+        let held_here = std::fs::File::open(&path).is_ok_and(|f| matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)));
+        if held_here {
+            return Ok(());
+        }
+        Err(Error::invalid(format!(
+            "the store's directory {} is not on this machine (no owner holds {} here): its SQL databases are files next to the store, so run SQL in a process on the owner's machine",
+            self.inner.dir.display(),
+            path.display()
+        )))
+    }
+
     pub(crate) fn check_open(&self) -> Result<()> {
+        runtime::check_not_forked()?;
         if self.is_closed() { Err(Error::closed()) } else { Ok(()) }
     }
 
@@ -655,6 +684,9 @@ fn check_kind(name: &str, kind: Kind) -> Result<()> {
         }
     }
 }
+
+/// sockaddr_un's path field on Linux: 108 bytes with the final NUL.
+const SOCKET_PATH_MAX: usize = 108;
 
 fn socket_path(dir: &Path) -> PathBuf {
     dir.join("tinystore.sock")

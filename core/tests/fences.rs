@@ -151,3 +151,15 @@ fn lock_02_fences_grow_after_kill_9_of_owner() {
     let f = one_fence(store.as_ref().unwrap());
     assert!(f > child_fence, "{f} after {child_fence}");
 }
+
+/// STORE-01: a store directory too deep for its Unix socket is refused
+/// before anything is made in it, with the limit and what to do.
+#[test]
+fn store_01_a_directory_too_deep_for_its_socket_is_refused_before_anything_is_made() {
+    let d = common::dir();
+    let deep = d.path().join("x".repeat(120));
+    let Err(e) = tinystore::Store::open(&deep) else { panic!("a store opened at a path too long for its socket") };
+    assert_eq!(e.code(), "invalid", "{e}");
+    assert!(e.message().contains("under 108") && e.message().contains("shorter path"), "{e}");
+    assert!(!deep.exists(), "nothing was made");
+}

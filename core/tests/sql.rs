@@ -289,3 +289,33 @@ fn c10_c12_concurrent_transactions_commit_and_keep_commit_order() {
     }
     assert_eq!(ids, (1..=800).collect::<Vec<_>>(), "rowids grow with commits: delivery order is commit order");
 }
+
+/// FENCE-01: the store's own kv.db, which keeps the epoch fences grow
+/// from, is not a database a program can open and write.
+#[test]
+fn fence_01_the_database_name_kv_is_the_stores_own() {
+    let (store, _d) = common::store();
+    let Err(e) = store.database("kv").open() else { panic!("the store's own kv.db was opened as a database") };
+    assert_eq!(e.code(), "invalid", "{e}");
+    assert!(e.message().contains("pick another name"), "{e}");
+    store.database("kv2").open().unwrap();
+}
+
+/// CHAN-03 over a connection: SQL runs where the store's files are. A
+/// client whose path to the owner's directory does not reach them (another
+/// machine over tcp:, here a directory moved away) is told so, instead of
+/// quietly opening another file of the same name.
+#[test]
+fn chan_03_a_client_that_cannot_reach_the_stores_files_is_told_so() {
+    let d = common::dir();
+    let here = d.path().join("a");
+    let owner = Store::open(&here).unwrap();
+    let client = Store::connect(&format!("unix:{}", here.join("tinystore.sock").display())).unwrap();
+    client.database("notes").open().unwrap();
+    std::fs::rename(&here, d.path().join("b")).unwrap();
+    std::fs::create_dir_all(&here).unwrap();
+    let Err(e) = client.database("notes").open() else { panic!("opened a database beside a directory that is not the store's") };
+    assert_eq!(e.code(), "invalid", "{e}");
+    assert!(e.message().contains("not on this machine"), "{e}");
+    drop(owner);
+}

@@ -445,6 +445,7 @@ impl Table {
     }
 
     fn check_open(&self) -> Result<()> {
+        runtime::check_not_forked()?;
         if self.closed.load(Ordering::Acquire) { Err(Error::closed()) } else { Ok(()) }
     }
 
