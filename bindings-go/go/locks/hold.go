@@ -53,3 +53,8 @@ func hold(ctx context.Context, l *native.Lock, key any, wait bool, fn func(conte
 	}
 	return true, relErr
 }
+
+// errNoFn is the error of a Hold or TryHold given no function to run.
+func errNoFn() error {
+	return native.Invalid("Hold and TryHold need a function to run holding the key; got nil")
+}

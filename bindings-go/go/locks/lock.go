@@ -81,6 +81,9 @@ func open(store *tinystore.Store, name string, semaphore bool, limit int, opts [
 // [tinystore.ErrConflict] (this ctx's holder already holds key),
 // [tinystore.ErrInvalid] (the key), [tinystore.ErrClosed].
 func (l *Lock) Hold(ctx context.Context, key any, fn func(ctx context.Context, lease *Lease) error) error {
+	if fn == nil {
+		return errNoFn()
+	}
 	_, err := hold(ctx, l.n, key, true, func(ctx context.Context, n *native.Lease, f native.Fence) error {
 		return fn(ctx, &Lease{Fence: Fence{f.Hi, f.Lo}, n: n})
 	})
@@ -92,6 +95,9 @@ func (l *Lock) Hold(ctx context.Context, key any, fn func(ctx context.Context, l
 // connection it waits for the owner's answer; if ctx ends first, it
 // returns ctx.Err() and holds nothing. Otherwise as [Lock.Hold].
 func (l *Lock) TryHold(ctx context.Context, key any, fn func(ctx context.Context, lease *Lease) error) (started bool, err error) {
+	if fn == nil {
+		return false, errNoFn()
+	}
 	return hold(ctx, l.n, key, false, func(ctx context.Context, n *native.Lease, f native.Fence) error {
 		return fn(ctx, &Lease{Fence: Fence{f.Hi, f.Lo}, n: n})
 	})

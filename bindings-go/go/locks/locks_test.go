@@ -420,3 +420,41 @@ func waiters(t testing.TB, store *tinystore.Store, lock, key string) int {
 	}
 	return 0
 }
+
+// LOCK-03, LOCK-06: a negative duration, a semaphore limit past 32 bits or
+// under 1, and a Hold given no function are ErrInvalid saying what was
+// wrong, never a wrapped value, a "got 0" or a nil-pointer panic.
+func TestLock03Lock06BadOptionsAndNilFunctionsAreInvalid(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+		store := stores.Open()
+		for _, opt := range []locks.Option{locks.TTL(-5 * time.Second), locks.Wait(-5 * time.Second), locks.MaxHold(-time.Second)} {
+			_, err := locks.OpenLock(store, "l", opt)
+			if !errors.Is(err, tinystore.ErrInvalid) || !strings.Contains(err.Error(), "-5s") && !strings.Contains(err.Error(), "-1s") {
+				t.Fatalf("a negative duration: %v", err)
+			}
+		}
+		for _, limit := range []int{0, -1, 1 << 32} {
+			if _, err := locks.OpenSemaphore(store, "s", limit); !errors.Is(err, tinystore.ErrInvalid) || !strings.Contains(err.Error(), "4294967295") {
+				t.Fatalf("limit %d: %v", limit, err)
+			}
+		}
+		l := openLock(t, store, "l")
+		if err := l.Hold(bg, 1, nil); !errors.Is(err, tinystore.ErrInvalid) {
+			t.Fatalf("Hold with no function: %v", err)
+		}
+		if _, err := l.TryHold(bg, 1, nil); !errors.Is(err, tinystore.ErrInvalid) {
+			t.Fatalf("TryHold with no function: %v", err)
+		}
+		sem, err := locks.OpenSemaphore(store, "s", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sem.Hold(bg, 1, nil); !errors.Is(err, tinystore.ErrInvalid) {
+			t.Fatalf("a semaphore's Hold with no function: %v", err)
+		}
+		// The lock still works.
+		if err := l.Hold(bg, 1, func(context.Context, *locks.Lease) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

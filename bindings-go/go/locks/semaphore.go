@@ -38,6 +38,9 @@ func OpenSemaphore(store *tinystore.Store, name string, limit int, opts ...Optio
 
 // Hold waits for a permit of key, then runs fn holding it; as [Lock.Hold].
 func (s *Semaphore) Hold(ctx context.Context, key any, fn func(ctx context.Context, permit *Permit) error) error {
+	if fn == nil {
+		return errNoFn()
+	}
 	_, err := hold(ctx, s.n, key, true, func(ctx context.Context, n *native.Lease, _ native.Fence) error {
 		return fn(ctx, &Permit{n: n})
 	})
@@ -46,6 +49,9 @@ func (s *Semaphore) Hold(ctx context.Context, key any, fn func(ctx context.Conte
 
 // TryHold runs fn holding a permit of key if one is free now; as [Lock.TryHold].
 func (s *Semaphore) TryHold(ctx context.Context, key any, fn func(ctx context.Context, permit *Permit) error) (started bool, err error) {
+	if fn == nil {
+		return false, errNoFn()
+	}
 	return hold(ctx, s.n, key, false, func(ctx context.Context, n *native.Lease, _ native.Fence) error {
 		return fn(ctx, &Permit{n: n})
 	})

@@ -29,6 +29,17 @@ type Fence struct{ Hi, Lo uint64 }
 
 // OpenLock opens the lock name, or the semaphore name of limit permits.
 func (s *Store) OpenLock(name string, semaphore bool, limit int, o LockOptions) (*Lock, error) {
+	for _, d := range []struct {
+		name string
+		d    *time.Duration
+	}{{"ttl", o.TTL}, {"maxHold", o.MaxHold}, {"wait", o.Wait}} {
+		if d.d != nil && *d.d <= 0 {
+			return nil, Invalid("%s must be positive, like 10*time.Second; got %v", d.name, *d.d)
+		}
+	}
+	if semaphore && (limit < 1 || uint64(limit) > math.MaxUint32) {
+		return nil, Invalid("a semaphore's limit is 1 to 4294967295 permits; got %d", limit)
+	}
 	var opts C.TsLockOptions
 	if o.TTL != nil {
 		opts.has_ttl, opts.ttl_ns = 1, C.int64_t(*o.TTL)
