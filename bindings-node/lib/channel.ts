@@ -30,9 +30,8 @@ export class Branch<T> implements AsyncIterable<Message<T>> {
    * The branch `key` below this one.
    *
    * @param key - Text of 1 to 1,024 bytes, or an integer; `7` and `'7'` are one branch.
-   * @throws {@link InvalidError} when `key` is not a string, number or bigint
-   * (its length, or a number that is not a safe integer, is refused at the
-   * first publish or subscribe).
+   * @throws {@link InvalidError} when `key` is not text of 1 to 1,024 bytes,
+   * a safe integer (within ±(2^53 - 1)) or a bigint.
    */
   under(key: Key): Branch<T> {
     return new Branch<T>(this.store, this.name, [...this.path, check.key(key)])

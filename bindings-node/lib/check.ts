@@ -49,7 +49,18 @@ export function name(kind: string, v: unknown, example: string): string {
 
 /** A key of a branch or a hold: text or an integer (the engine checks the rest). */
 export function key(v: unknown): Key {
-  if (typeof v === 'string' || typeof v === 'number' || typeof v === 'bigint') return v
+  if (typeof v === 'bigint') return v
+  if (typeof v === 'number') {
+    if (Number.isSafeInteger(v)) return v
+    throw new InvalidError(
+      `a key is a string or an integer, like 42 or 'chat-42': a number must be a whole number within ±(2^53 - 1); got ${describe(v)} (pass larger integers as a bigint or a string)`,
+    )
+  }
+  if (typeof v === 'string') {
+    const n = Buffer.byteLength(v)
+    if (n >= 1 && n <= 1024) return v
+    throw new InvalidError(`a key is 1 to 1,024 bytes of text, like 'chat-42'; got ${n} bytes`)
+  }
   throw new InvalidError(`a key is a string or an integer, like 42 or 'chat-42'; got ${describe(v)}`)
 }
 

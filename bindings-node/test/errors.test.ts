@@ -68,6 +68,20 @@ for (const mode of MODES) {
       await invalid('semaphore hold(Symbol)', () => sem.hold(Symbol('k'), () => 1), /got a symbol/)
     })
 
+    it('NAMES a key out of range is refused at under(), before any publish: fractions, NaN, unsafe integers, empty or long text', async () => {
+      const s: Loose = await store()
+      const ch = s.channel('keys')
+      invalidNow('under(1.5)', () => ch.under(1.5), /whole number/, /got the number 1.5/)
+      invalidNow('under(NaN)', () => ch.under(NaN), /whole number/)
+      invalidNow('under(2**60)', () => ch.under(2 ** 60), /as a bigint or a string/)
+      invalidNow("under('')", () => ch.under(''), /1 to 1,024 bytes/, /got 0 bytes/)
+      invalidNow('under(long)', () => ch.under('x'.repeat(1025)), /got 1025 bytes/)
+      const lock = s.lock('keys')
+      await invalid('hold(0.5)', () => lock.hold(0.5, () => 1), /whole number/)
+      // In range, all of them still work.
+      assert.ok(ch.under(2n ** 60n).under(-7).under('é'.repeat(512)))
+    })
+
     it('NAMES a number that is not finite, or a duration of the wrong type, is an InvalidError', async () => {
       const s: Loose = await store()
       const ch = s.channel('numbers')
