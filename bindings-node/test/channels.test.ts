@@ -221,8 +221,9 @@ for (const mode of MODES) {
       const s = await store()
       assert.throws(() => s.channel('Chat Events'), (e: unknown) => e instanceof InvalidError && /chat-events/.test(e.message))
       const ch = s.channel('ok')
-      await assert.rejects(ch.under('').publish(1), InvalidError)
-      await assert.rejects(ch.under(1.5).publish(1), InvalidError)
+      // Keys out of range are refused at under(), before any publish.
+      assert.throws(() => ch.under(''), InvalidError)
+      assert.throws(() => ch.under(1.5), InvalidError)
       await assert.rejects(ch.publish(undefined), InvalidError)
     })
 
