@@ -140,11 +140,19 @@ fn duration(s: &str) -> Result<Duration, String> {
     parse_duration(s).map_err(|e| e.message().to_owned())
 }
 
+/// Prints a line to stdout; output into a closed pipe (`tinystore status
+/// data | head -1`) ends the program quietly, as command-line tools do.
+/// (SIGPIPE stays ignored: a socket's peer going away must not kill `serve`.)
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), $($t)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
 fn main() -> ExitCode {
-    // Output into a closed pipe (`tinystore status data | head -1`) ends the
-    // program quietly, as command-line tools do, instead of a panic.
-    // SAFETY: set before any thread starts.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
@@ -222,7 +230,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Status { target, json } => {
             let v = reach(&target)?.status_json()?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                out!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 print_status(&v);
             }
@@ -253,18 +261,18 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                             let data = String::from_utf8_lossy(&m.data);
                             let branch: Vec<&str> = m.branch.iter().map(Key::as_str).collect();
                             if json {
-                                println!("{{\"branch\":{},\"seq\":{},\"value\":{data}}}", serde_json::to_string(&branch).unwrap_or_default(), m.seq);
+                                out!("{{\"branch\":{},\"seq\":{},\"value\":{data}}}", serde_json::to_string(&branch).unwrap_or_default(), m.seq);
                             } else {
                                 let name = if branch.is_empty() { "(root)".to_owned() } else { branch.join("/") };
-                                println!("{name} #{} {data}", m.seq);
+                                out!("{name} #{} {data}", m.seq);
                             }
                         }
                         Some(Event::Missed(m)) => {
                             let count = m.count.map_or("an unknown number of".into(), |c| c.to_string());
                             if json {
-                                println!("{}", serde_json::json!({"missed": m.count, "reason": m.reason.as_str()}));
+                                out!("{}", serde_json::json!({"missed": m.count, "reason": m.reason.as_str()}));
                             } else {
-                                println!("-- missed {count} messages ({})", m.reason.as_str());
+                                out!("-- missed {count} messages ({})", m.reason.as_str());
                             }
                         }
                     }
@@ -295,7 +303,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             let mut f = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&path)
                 .map_err(|e| Error::new(ErrorKind::Io, format!("{}: {e}", path.display())))?;
             writeln!(f, "{role} {token}").map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?;
-            println!("{token}");
+            out!("{token}");
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -303,26 +311,26 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
 
 fn print_status(v: &serde_json::Value) {
     let ms = |x: &serde_json::Value| x.as_u64().map(|m| tinystore::limits::format_duration(Duration::from_millis(m - m % 100))).unwrap_or_else(|| "-".into());
-    println!("store {}  owner pid {}  epoch {}  up {}", v["dir"].as_str().unwrap_or("?"), v["pid"], v["epoch"], ms(&v["uptime_ms"]));
+    out!("store {}  owner pid {}  epoch {}  up {}", v["dir"].as_str().unwrap_or("?"), v["pid"], v["epoch"], ms(&v["uptime_ms"]));
     let conns = v["connections"].as_array().cloned().unwrap_or_default();
-    println!("connections: {}", conns.len());
+    out!("connections: {}", conns.len());
     for c in &conns {
-        println!("  #{} {} via {} for {}", c["id"], c["client"].as_str().unwrap_or(""), c["address"].as_str().unwrap_or(""), ms(&c["since_ms"]));
+        out!("  #{} {} via {} for {}", c["id"], c["client"].as_str().unwrap_or(""), c["address"].as_str().unwrap_or(""), ms(&c["since_ms"]));
     }
-    println!("subscriptions: {}  channel memory: {} bytes", v["subscriptions"], v["channel_bytes"]);
+    out!("subscriptions: {}  channel memory: {} bytes", v["subscriptions"], v["channel_bytes"]);
     for b in v["branches"].as_array().into_iter().flatten() {
         let path: Vec<String> = b["branch"].as_array().into_iter().flatten().map(|k| k.as_str().unwrap_or("").to_owned()).collect();
         let lag: Vec<String> = b["lag"].as_array().into_iter().flatten().map(|l| l.to_string()).collect();
-        println!(
+        out!(
             "  {}/{}  subscribers {} (+{} recursive)  lag [{}]  kept {} messages, {} bytes  published {}",
             b["channel"].as_str().unwrap_or(""), path.join("/"), b["subscribers"], b["recursive_subscribers"], lag.join(", "), b["kept_messages"], b["kept_bytes"], b["published"]
         );
     }
     let locks = v["locks"].as_array().cloned().unwrap_or_default();
-    println!("held keys: {}", locks.len());
+    out!("held keys: {}", locks.len());
     for k in &locks {
         for h in k["holders"].as_array().into_iter().flatten() {
-            println!(
+            out!(
                 "  {}/{}  fence {}  lease {}  held {}  left {}  waiters {}",
                 k["lock"].as_str().unwrap_or(""), k["key"].as_str().unwrap_or(""), h["fence"].as_str().unwrap_or("-"), h["lease"], ms(&h["held_ms"]), ms(&h["left_ms"]), k["waiters"]
             );
