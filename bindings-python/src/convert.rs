@@ -36,9 +36,8 @@ pub fn key(obj: &Bound<'_, PyAny>) -> PyResult<Key> {
 }
 
 /// The longest duration a number or timedelta may give, in seconds: the
-/// bound the core puts on a duration written as text
-/// (`tinystore::limits::parse_duration`), so a deadline never overflows the clock.
-const MAX_DURATION_SECS: f64 = 1e12;
+/// core's bound on every duration, so a deadline never overflows the clock.
+const MAX_DURATION_SECS: f64 = tinystore::limits::MAX_SPAN.as_secs_f64();
 
 fn bad_duration(obj: &Bound<'_, PyAny>) -> Error {
     Error::new(

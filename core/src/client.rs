@@ -119,25 +119,17 @@ struct Side {
 impl Side {
     /// The next whole frame's place in `buf`, or an oversized frame.
     fn frame(&mut self) -> Option<Result<(usize, usize)>> {
-        let avail = &self.buf[self.start..];
-        if avail.len() < 4 {
-            return None;
-        }
-        let n = u32::from_be_bytes(avail[..4].try_into().expect("4 bytes")) as usize;
-        if n > wire::MAX_FRAME_BYTES {
-            return Some(Err(Error::new(ErrorKind::Protocol, format!("a frame of {n} bytes is over the limit of {}", wire::MAX_FRAME_BYTES))));
-        }
-        if avail.len() < 4 + n {
-            return None;
-        }
+        let n = match wire::whole_frame(&self.buf[self.start..])? {
+            Ok(n) => n,
+            Err(e) => return Some(Err(e)),
+        };
         let at = self.start + 4;
         self.start += 4 + n;
         Some(Ok((at, n)))
     }
 
     fn has_frame(&self) -> bool {
-        let avail = &self.buf[self.start..];
-        avail.len() >= 4 && avail.len() >= 4 + u32::from_be_bytes(avail[..4].try_into().expect("4 bytes")) as usize
+        wire::whole_frame(&self.buf[self.start..]).is_some()
     }
 
     fn compact(&mut self) {
@@ -165,15 +157,10 @@ fn fill(fd: &std::os::unix::net::UnixStream, buf: &mut Vec<u8>) -> std::io::Resu
     Ok(n as usize)
 }
 
-fn register(fd: &Arc<std::os::unix::net::UnixStream>) -> std::io::Result<tokio::io::unix::AsyncFd<Arc<std::os::unix::net::UnixStream>>> {
-    // SAFETY: the Arc'd socket owns its fd, open until its last clone drops,
-    // and the AsyncFd holds a clone.
-    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd.clone(), tokio::io::Interest::READABLE) }.map_err(Into::into)
-}
 
 impl SharedRead {
     fn new(fd: Arc<std::os::unix::net::UnixStream>, client: std::sync::Weak<Client>, conn: std::sync::Weak<Conn>) -> Arc<SharedRead> {
-        let (afd, ended) = match register(&fd) {
+        let (afd, ended) = match wire::register_readable(&fd) {
             Ok(a) => (Some(a), false),
             Err(_) => (None, true),
         };
@@ -258,7 +245,7 @@ impl runtime::Lead for SharedRead {
                     Err(_) => side.ended = true,
                 }
             }
-            match register(&self.fd) {
+            match wire::register_readable(&self.fd) {
                 Ok(a) => side.afd = Some(a),
                 Err(_) => side.ended = true,
             }

@@ -241,6 +241,17 @@ pub fn frame<T: Serialize>(v: &T) -> Vec<u8> {
     out
 }
 
+/// The length of the frame at the start of `avail` once all of it is
+/// there; an error for a frame over [`MAX_FRAME_BYTES`], known from its
+/// length alone.
+pub(crate) fn whole_frame(avail: &[u8]) -> Option<Result<usize>> {
+    let len = u32::from_be_bytes(avail.get(..4)?.try_into().expect("4 bytes")) as usize;
+    if len > MAX_FRAME_BYTES {
+        return Some(Err(Error::new(ErrorKind::Protocol, format!("a frame of {len} bytes is over the limit of {MAX_FRAME_BYTES}"))));
+    }
+    (avail.len() >= 4 + len).then_some(Ok(len))
+}
+
 /// Reads frames from a byte stream.
 pub struct FrameReader<R> {
     inner: R,
@@ -261,8 +272,7 @@ impl<R: tokio::io::AsyncRead + Unpin> FrameReader<R> {
 
     /// True when a whole frame is already read and waits in the buffer.
     pub fn has_frame(&self) -> bool {
-        let avail = &self.buf[self.start..];
-        avail.len() >= 4 && avail.len() >= 4 + u32::from_be_bytes(avail[..4].try_into().expect("4 bytes")) as usize
+        whole_frame(&self.buf[self.start..]).is_some()
     }
 
     /// The next frame's JSON; `Ok(None)` at a clean end of the stream.
@@ -271,20 +281,11 @@ impl<R: tokio::io::AsyncRead + Unpin> FrameReader<R> {
     pub async fn next(&mut self) -> Result<Option<&[u8]>> {
         use tokio::io::AsyncReadExt;
         loop {
-            let avail = &self.buf[self.start..];
-            if avail.len() >= 4 {
-                let len = u32::from_be_bytes(avail[..4].try_into().expect("4 bytes")) as usize;
-                if len > MAX_FRAME_BYTES {
-                    return Err(Error::new(
-                        ErrorKind::Protocol,
-                        format!("a frame of {len} bytes is over the limit of {MAX_FRAME_BYTES}"),
-                    ));
-                }
-                if avail.len() >= 4 + len {
-                    let s = self.start + 4;
-                    self.start += 4 + len;
-                    return Ok(Some(&self.buf[s..s + len]));
-                }
+            if let Some(len) = whole_frame(&self.buf[self.start..]) {
+                let len = len?;
+                let s = self.start + 4;
+                self.start += 4 + len;
+                return Ok(Some(&self.buf[s..s + len]));
             }
             if self.start > 0 {
                 self.buf.drain(..self.start);
@@ -398,9 +399,7 @@ impl WriteHalf {
 pub(crate) fn split_unix(s: tokio::net::UnixStream) -> std::io::Result<(Box<dyn tokio::io::AsyncRead + Send + Unpin>, WriteHalf)> {
     let s = std::sync::Arc::new(s.into_std()?);
     s.set_nonblocking(true)?;
-    // SAFETY: the Arc'd socket owns its fd, open until the last clone drops,
-    // and the AsyncFd holds a clone.
-    let r = UnixReadHalf(unsafe { tokio::io::unix::AsyncFd::register_with_interest(s.clone(), tokio::io::Interest::READABLE)? });
+    let r = UnixReadHalf(register_readable(&s)?);
     Ok((Box::new(r), WriteHalf::Unix(UnixWriteHalf(s))))
 }
 
@@ -410,6 +409,15 @@ pub(crate) fn split_unix_shared(s: tokio::net::UnixStream) -> std::io::Result<(s
     let s = std::sync::Arc::new(s.into_std()?);
     s.set_nonblocking(true)?;
     Ok((s.clone(), WriteHalf::Unix(UnixWriteHalf(s))))
+}
+
+/// Registers a Unix socket with the reactor for reading only.
+pub(crate) fn register_readable(
+    fd: &std::sync::Arc<std::os::unix::net::UnixStream>,
+) -> std::io::Result<tokio::io::unix::AsyncFd<std::sync::Arc<std::os::unix::net::UnixStream>>> {
+    // SAFETY: the Arc'd socket owns its fd, open until its last clone drops,
+    // and the AsyncFd holds a clone.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd.clone(), tokio::io::Interest::READABLE) }.map_err(Into::into)
 }
 
 /// The read side of a Unix socket, registered for readability only.
