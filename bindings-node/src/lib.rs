@@ -14,6 +14,7 @@ mod lock;
 mod ready;
 mod store;
 mod subscription;
+mod uvread;
 
 pub use database::{NativeDatabase, NativeTx};
 pub use lock::{NativeLease, NativeLock};

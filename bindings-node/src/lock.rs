@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use crate::convert::{self, JsDuration, JsKey};
 use crate::errors::{IntoNapi, blocking, invalid, to_napi};
 use crate::ready::now_or_promise;
+use crate::uvread::UvReader;
 
 /// A fresh holder id: one per logical holder (one `hold` call and the
 /// asynchronous work it starts), so a nested `hold` of the same key fails at
@@ -41,17 +42,18 @@ pub struct NativeLock {
     raw: Arc<OnceLock<RawLock>>,
     make: Arc<MakeLock>,
     opts: LockOptions,
+    uv: Option<Arc<UvReader>>,
 }
 
 impl NativeLock {
     /// A handle made now when `now` (the owning process: no round trip),
     /// else at its first use, off the event loop.
-    pub fn new(name: String, opts: LockOptions, now: bool, make: MakeLock) -> napi::Result<NativeLock> {
+    pub fn new(name: String, opts: LockOptions, now: bool, uv: Option<Arc<UvReader>>, make: MakeLock) -> napi::Result<NativeLock> {
         let raw = Arc::new(OnceLock::new());
         if now {
             let _ = raw.set(make().napi()?);
         }
-        Ok(NativeLock { name, raw, make: Arc::new(make), opts })
+        Ok(NativeLock { name, raw, make: Arc::new(make), opts, uv })
     }
 
     /// The engine's handle, made first if needed.
@@ -94,6 +96,9 @@ impl NativeLock {
             None => self.opts.wait,
         };
         let (raw, terms) = (self.raw(), self.opts.terms());
+        if let Some(uv) = &self.uv {
+            uv.ensure(env);
+        }
         now_or_promise(env, async move { raw.await?.acquire(key, holder, terms, wait).await.napi().map(NativeLease::new) })
     }
 
@@ -108,6 +113,9 @@ impl NativeLock {
         let key = convert::key(key)?;
         let holder = holder(holder_id)?;
         let (raw, terms) = (self.raw(), self.opts.terms());
+        if let Some(uv) = &self.uv {
+            uv.ensure(env);
+        }
         now_or_promise(env, async move { Ok(raw.await?.try_acquire(key, holder, terms).await.napi()?.map(NativeLease::new)) })
     }
 }

@@ -1,6 +1,6 @@
 //! Engine futures as JavaScript values: polled once on the JavaScript thread
 //! (publish, an uncontended hold in the owning process are often ready at
-//! once), and otherwise run on the engine's runtime, settling a promise.
+//! once), and otherwise completed later, settling a promise.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -30,20 +30,24 @@ where
     }
 }
 
-/// A promise of `fut`, run on the engine's runtime.
+/// A promise of `fut`, settled by whichever thread completes it.
 ///
 /// Not napi's `spawn_future`: that runs the future on napi's own tokio
 /// runtime, so an answer read by an engine thread wakes a napi thread,
-/// which wakes the JavaScript thread. Here the engine thread that completes
-/// the future settles the promise itself: one thread hand-off fewer per
-/// awaited call over a connection (each a wake-up of a sleeping thread).
+/// which wakes the JavaScript thread. Here the future is polled on the
+/// JavaScript thread first; when its answer is read on the JavaScript
+/// thread too (a connected store's socket, see `uvread`), it completes
+/// there; when an engine thread completes it, that thread settles the
+/// promise itself.
 pub fn promise<'env, T, F>(env: &'env Env, fut: F) -> napi::Result<PromiseRaw<'env, T>>
 where
     T: ToNapiValue + Send + 'static,
     F: Future<Output = napi::Result<T>> + Send + 'static,
 {
     let (deferred, promise) = env.create_deferred::<T, _>()?;
-    tinystore::runtime::spawn(async move {
+    // Polled here first; completed on this thread when its answer is read
+    // here (see uvread), else by an engine thread.
+    tinystore::runtime::LoopTask::start(async move {
         // A panic rejects the promise instead of leaving it pending forever.
         match AssertUnwindSafe(fut).catch_unwind().await {
             Ok(Ok(v)) => deferred.resolve(move |_| Ok(v)),

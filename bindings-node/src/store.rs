@@ -14,11 +14,14 @@ use crate::errors::{IntoNapi, blocking};
 use crate::lock::NativeLock;
 use crate::ready::now_or_promise;
 use crate::subscription::NativeSubscription;
+use crate::uvread::UvReader;
 
 /// A store, owned by this process or connected to another's.
 #[napi]
 pub struct NativeStore {
     store: Store,
+    /// Over a Unix socket: the socket read on the JavaScript thread.
+    uv: Option<std::sync::Arc<UvReader>>,
 }
 
 #[napi]
@@ -27,7 +30,7 @@ impl NativeStore {
     #[napi(factory)]
     pub async fn open(dir: String) -> napi::Result<NativeStore> {
         let store = blocking(move || Store::open(dir)).await?;
-        Ok(NativeStore { store })
+        Ok(NativeStore { store, uv: None })
     }
 
     /// Connects to the store served at `address`: `unix:PATH`,
@@ -36,12 +39,15 @@ impl NativeStore {
     #[napi(factory)]
     pub async fn connect(address: String) -> napi::Result<NativeStore> {
         let store = blocking(move || Store::connect(&address)).await?;
-        Ok(NativeStore { store })
+        Ok(NativeStore { uv: UvReader::new(&store), store })
     }
 
     /// Ends subscriptions and lets held keys go. Idempotent.
     #[napi]
     pub fn close(&self) {
+        if let Some(uv) = &self.uv {
+            uv.stop();
+        }
         self.store.close();
     }
 
@@ -105,6 +111,9 @@ impl NativeStore {
         let store = self.store.clone();
         let branch = convert::keys(branch)?;
         let data = json.into_bytes().into_boxed_slice();
+        if let Some(uv) = &self.uv {
+            uv.ensure(env);
+        }
         now_or_promise(env, async move { store.publish_raw(&channel, &branch, data).await.napi() })
     }
 
@@ -115,7 +124,7 @@ impl NativeStore {
         let branch = convert::keys(branch)?;
         let scope = if recursive { Scope::Recursive } else { Scope::Branch };
         let sub = self.store.subscribe_raw(&channel, &branch, scope, None).await.napi()?;
-        Ok(NativeSubscription::new(sub))
+        Ok(NativeSubscription::new(sub, self.uv.clone()))
     }
 
     /// A lock handle; the engine checks the name and the durations now
@@ -131,7 +140,7 @@ impl NativeStore {
         let opts = options(ttl, max_hold, wait)?;
         check_name("lock", &name).napi()?;
         let (store, n) = (self.store.clone(), name.clone());
-        NativeLock::new(name, opts, self.store.is_owner(), Box::new(move || store.lock_raw(&n, Kind::Lock)))
+        NativeLock::new(name, opts, self.store.is_owner(), self.uv.clone(), Box::new(move || store.lock_raw(&n, Kind::Lock)))
     }
 
     /// A semaphore handle of `limit` permits per key; the engine checks the
@@ -165,6 +174,7 @@ impl NativeStore {
             name,
             opts,
             self.store.is_owner(),
+            self.uv.clone(),
             Box::new(move || {
                 store.semaphore(&n).limit(limit).open()?;
                 store.lock_raw(&n, Kind::Semaphore { limit })

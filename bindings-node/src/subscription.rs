@@ -8,6 +8,7 @@ use napi_derive::napi;
 use tinystore::channels::{Event, RawSubscription};
 
 use crate::ready::promise;
+use crate::uvread::UvReader;
 
 /// A message, or word of missed ones, as it crosses to JavaScript.
 ///
@@ -53,11 +54,12 @@ impl From<Event> for NativeEvent {
 #[napi]
 pub struct NativeSubscription {
     sub: Arc<RawSubscription>,
+    uv: Option<Arc<UvReader>>,
 }
 
 impl NativeSubscription {
-    pub fn new(sub: RawSubscription) -> NativeSubscription {
-        NativeSubscription { sub: Arc::new(sub) }
+    pub fn new(sub: RawSubscription, uv: Option<Arc<UvReader>>) -> NativeSubscription {
+        NativeSubscription { sub: Arc::new(sub), uv }
     }
 }
 
@@ -82,6 +84,9 @@ impl NativeSubscription {
     #[napi(ts_return_type = "Promise<Array<NativeEvent>>")]
     pub fn next<'env>(&self, env: &'env Env, max: u32) -> napi::Result<PromiseRaw<'env, Vec<NativeEvent>>> {
         let sub = self.sub.clone();
+        if let Some(uv) = &self.uv {
+            uv.ensure(env);
+        }
         // Settled by the engine thread that delivers (see `ready::promise`).
         promise(env, async move { Ok(sub.next_batch(max as usize).await.into_iter().map(NativeEvent::from).collect()) })
     }

@@ -105,6 +105,11 @@ struct Slot {
     side: Option<Side>,
     /// The connection task's waker, for the hand-back.
     task: Option<Waker>,
+    /// A language's event loop reads the socket ([`LoopReader`]): the
+    /// task and blocked threads leave it alone.
+    looped: bool,
+    /// When that loop last read it.
+    serviced: Instant,
 }
 
 struct Side {
@@ -165,7 +170,7 @@ impl SharedRead {
             Err(_) => (None, true),
         };
         let side = Side { afd, buf: Vec::with_capacity(64 * 1024), start: 0, ended };
-        Arc::new(SharedRead { fd, slot: Mutex::new(Slot { side: Some(side), task: None }), client, conn })
+        Arc::new(SharedRead { fd, slot: Mutex::new(Slot { side: Some(side), task: None, looped: false, serviced: Instant::now() }), client, conn })
     }
 
     /// For the connection's task: the read side once it has whole frames
@@ -177,7 +182,11 @@ impl SharedRead {
                 if !slot.task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
                     slot.task = Some(cx.waker().clone());
                 }
-                // A blocked thread reads it now: it hands back and wakes us.
+                // A blocked thread or an event loop reads it now: it hands
+                // back and wakes us.
+                if slot.looped {
+                    return Poll::Pending;
+                }
                 let Some(side) = slot.side.take() else { return Poll::Pending };
                 side
             };
@@ -218,7 +227,12 @@ impl runtime::Lead for SharedRead {
     fn lead(&self, done: &dyn Fn() -> bool, window: Duration) {
         use std::os::fd::AsRawFd;
         let (Some(client), Some(conn)) = (self.client.upgrade(), self.conn.upgrade()) else { return };
-        let Some(mut side) = self.slot.lock().side.take() else { return };
+        let Some(mut side) = ({
+            let mut slot = self.slot.lock();
+            if slot.looped { None } else { slot.side.take() }
+        }) else {
+            return;
+        };
         if !side.ended {
             // Out of the reactor: only this thread hears the socket now.
             side.afd = None;
@@ -265,6 +279,160 @@ impl runtime::Lead for SharedRead {
         if ready && let Some(w) = task {
             w.wake();
         }
+    }
+}
+
+/// How long an event loop may leave its connection unread, with data
+/// waiting, before the engine reads it again (a loop blocked by its
+/// program): answers and renewals never wait on a busy loop for longer.
+const LOOP_STALL: Duration = Duration::from_millis(100);
+
+impl SharedRead {
+    /// Back to the reactor and the connection's task.
+    fn unloop(&self, slot: &mut Slot) -> Option<Waker> {
+        slot.looped = false;
+        if let Some(side) = slot.side.as_mut()
+            && !side.ended
+        {
+            match wire::register_readable(&self.fd) {
+                Ok(a) => side.afd = Some(a),
+                Err(_) => side.ended = true,
+            }
+        }
+        slot.task.clone()
+    }
+
+    /// Called by the pinger: a loop that has not read for [`LOOP_STALL`]
+    /// while data waits gives the socket back to the engine.
+    fn check_loop(&self) {
+        use std::os::fd::AsRawFd;
+        let mut slot = self.slot.lock();
+        if !slot.looped || slot.side.is_none() || slot.serviced.elapsed() < LOOP_STALL {
+            return;
+        }
+        let mut p = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd; a zero timeout never blocks.
+        if unsafe { libc::poll(&mut p, 1, 0) } == 0 {
+            return;
+        }
+        let task = self.unloop(&mut slot);
+        drop(slot);
+        if let Some(w) = task {
+            w.wake();
+        }
+    }
+}
+
+/// A connection's Unix socket, read by a language's own event loop (Node's
+/// libuv, Python's asyncio) instead of an engine thread: an answer then
+/// wakes only the thread that waits for it. Made by
+/// [`Store::loop_reader`](crate::Store::loop_reader).
+///
+/// The loop watches [`fd`](Self::fd) for reading after [`start`](Self::start)
+/// and calls [`readable`](Self::readable) when it is; once that returns
+/// false, it stops watching and asks the store for a new reader later. A
+/// loop that leaves the socket unread for 100 ms while data waits (its
+/// program is busy) loses it to the engine, so answers, renewals and
+/// messages never wait on it longer.
+pub struct LoopReader {
+    shared: Arc<SharedRead>,
+}
+
+impl LoopReader {
+    pub(crate) fn of(client: &Client) -> Option<LoopReader> {
+        let conn = client.current().ok()?;
+        Some(LoopReader { shared: conn.shared.clone()? })
+    }
+
+    /// The socket's file descriptor, valid while this reader lives.
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.shared.fd.as_raw_fd()
+    }
+
+    /// Takes the socket from the engine's reactor; false when it cannot now
+    /// (another thread reads it this moment, or the connection ended).
+    pub fn start(&self) -> bool {
+        let mut slot = self.shared.slot.lock();
+        let Some(side) = slot.side.as_mut() else { return false };
+        if side.ended {
+            return false;
+        }
+        side.afd = None;
+        slot.looped = true;
+        slot.serviced = Instant::now();
+        true
+    }
+
+    /// Reads what the socket has and gives it out, from this thread; the
+    /// calls this answers that were started with [`runtime::LoopTask`] are
+    /// completed here too. False once this reader is done: the connection
+    /// ended (the engine reconnects) or the engine took the socket back.
+    pub fn readable(&self) -> bool {
+        let (Some(client), Some(conn)) = (self.shared.client.upgrade(), self.shared.conn.upgrade()) else { return false };
+        let mut side = {
+            let mut slot = self.shared.slot.lock();
+            if !slot.looped {
+                return false;
+            }
+            match slot.side.take() {
+                Some(s) => s,
+                None => return true,
+            }
+        };
+        runtime::on_loop(|| {
+            loop {
+                if client.dispatch_all(&conn, &mut side) {
+                    break;
+                }
+                match fill(&self.shared.fd, &mut side.buf) {
+                    Ok(0) => side.ended = true,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(_) => side.ended = true,
+                }
+            }
+            conn.sink.uncork();
+        });
+        let mut slot = self.shared.slot.lock();
+        slot.serviced = Instant::now();
+        let ended = side.ended;
+        slot.side = Some(side);
+        let task = if ended {
+            slot.looped = false;
+            slot.task.clone()
+        } else if !slot.looped {
+            // The engine took it back meanwhile: it reads from now on.
+            self.shared.unloop(&mut slot)
+        } else {
+            None
+        };
+        let keep = slot.looped;
+        drop(slot);
+        if let Some(w) = task {
+            w.wake();
+        }
+        keep
+    }
+
+    /// Gives the socket back to the engine (the loop stops watching it).
+    pub fn stop(&self) {
+        let mut slot = self.shared.slot.lock();
+        if !slot.looped {
+            return;
+        }
+        let task = self.shared.unloop(&mut slot);
+        drop(slot);
+        if let Some(w) = task {
+            w.wake();
+        }
+    }
+
+    /// True while this reader's connection is the store's current one and
+    /// the loop reads it.
+    pub fn is_active(&self) -> bool {
+        self.shared.slot.lock().looped
     }
 }
 
@@ -922,6 +1090,11 @@ async fn pinger(c: std::sync::Weak<Client>) {
         let Some(c) = c.upgrade() else { return };
         if c.closed.load(Ordering::Acquire) {
             return;
+        }
+        if let Ok(conn) = c.current()
+            && let Some(shared) = &conn.shared
+        {
+            shared.check_loop();
         }
         c.expire_requests();
         if c.waiting.load(Ordering::Acquire) > 0

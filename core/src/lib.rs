@@ -44,6 +44,7 @@ pub mod runtime;
 pub mod sql;
 mod store;
 mod client;
+pub use client::LoopReader;
 mod server;
 mod tls;
 pub mod wire;

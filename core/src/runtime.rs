@@ -272,3 +272,107 @@ mod tests {
         assert!(seen[1].1 >= t0 + Duration::from_millis(400));
     }
 }
+
+thread_local! {
+    /// Set while a language's event loop thread reads its connection
+    /// ([`on_loop`]): the [`LoopTask`]s woken meanwhile are polled on this
+    /// thread at the end, not handed to a runtime thread.
+    static LOOP_WOKEN: RefCell<Option<Vec<Arc<LoopTask>>>> = const { RefCell::new(None) };
+}
+
+const RUNNING: u8 = 1;
+const NOTIFIED: u8 = 2;
+
+type LoopFuture = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A future a language binding runs for its event loop: a call's answer
+/// that settles a promise or an asyncio future when it comes.
+///
+/// It is polled first on the thread that starts it. Woken by a runtime
+/// thread, a runtime task polls it, as [`spawn`] would. Woken on the event
+/// loop's own thread while that thread reads its connection ([`on_loop`]),
+/// it is polled right there: the answer read by the loop's thread settles
+/// the call with no other thread woken, the way a client written in the
+/// language itself would (node-redis, redis-py's asyncio client).
+pub struct LoopTask {
+    fut: Mutex<Option<LoopFuture>>,
+    /// RUNNING while a thread polls it; NOTIFIED when woken meanwhile.
+    flags: std::sync::atomic::AtomicU8,
+    /// In a thread's [`LOOP_WOKEN`] list already.
+    listed: AtomicBool,
+}
+
+impl LoopTask {
+    /// Starts `fut` by polling it on this thread now.
+    pub fn start(fut: impl Future<Output = ()> + Send + 'static) -> Arc<LoopTask> {
+        let t = Arc::new(LoopTask { fut: Mutex::new(Some(Box::pin(fut))), flags: std::sync::atomic::AtomicU8::new(0), listed: AtomicBool::new(false) });
+        t.run();
+        t
+    }
+
+    /// Drops the future unfinished (a cancelled call); idempotent.
+    pub fn cancel(&self) {
+        let fut = self.fut.lock().take();
+        drop(fut);
+    }
+
+    /// True once the future finished or was cancelled.
+    pub fn is_done(&self) -> bool {
+        self.fut.lock().is_none()
+    }
+
+    fn run(self: &Arc<Self>) {
+        if self.flags.fetch_or(RUNNING | NOTIFIED, Ordering::AcqRel) & RUNNING != 0 {
+            return;
+        }
+        let _rt = handle().enter();
+        let waker = Waker::from(self.clone());
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            self.flags.fetch_and(!NOTIFIED, Ordering::AcqRel);
+            {
+                let mut slot = self.fut.lock();
+                if let Some(f) = slot.as_mut()
+                    && f.as_mut().poll(&mut cx).is_ready()
+                {
+                    *slot = None;
+                }
+            }
+            if self.flags.compare_exchange(RUNNING, 0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                return;
+            }
+        }
+    }
+}
+
+impl Wake for LoopTask {
+    fn wake(self: Arc<Self>) {
+        let me = LOOP_WOKEN.with_borrow_mut(|w| match w {
+            Some(list) => {
+                if !self.listed.swap(true, Ordering::AcqRel) {
+                    list.push(self.clone());
+                }
+                None
+            }
+            None => Some(self),
+        });
+        if let Some(me) = me {
+            // Polled by a runtime thread: the waker's caller may hold locks
+            // the future needs.
+            spawn(async move { me.run() });
+        }
+    }
+}
+
+/// Runs `read` (the event loop's thread reading its connection), then polls
+/// the [`LoopTask`]s it woke, on this thread.
+pub fn on_loop<R>(read: impl FnOnce() -> R) -> R {
+    let outer = LOOP_WOKEN.with_borrow_mut(|w| w.replace(Vec::new()));
+    let r = read();
+    let woken = LOOP_WOKEN.with_borrow_mut(|w| std::mem::replace(w, outer)).unwrap_or_default();
+    for t in woken {
+        t.listed.store(false, Ordering::Release);
+        t.run();
+    }
+    r
+}

@@ -260,7 +260,7 @@ impl Server {
     async fn connection(self: Arc<Self>, (rd, wr): (Box<dyn AsyncRead + Send + Unpin>, WriteHalf), address: String, tokens: Option<Arc<Tokens>>) {
         let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false), waits: Mutex::new(HashMap::new()) });
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let mut c = Conn { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new() };
+        let mut c = Conn { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), woken: Vec::new() };
         let mut reader = FrameReader::new(rd);
         loop {
             if out.closed.load(Ordering::Acquire) {
@@ -285,6 +285,10 @@ impl Server {
             match serde_json::from_slice::<Request>(frame) {
                 Ok(req) => {
                     let id = req.id;
+                    if req.op != "publish" {
+                        // The next op may wait: what was published goes out now.
+                        forward_woken(&mut c.woken);
+                    }
                     if let Err(e) = c.handle(req).await {
                         answer_err(&out, id, &e);
                     }
@@ -302,12 +306,16 @@ impl Server {
                 }
             }
             if !reader.has_frame() {
+                // Deliveries first: a client that publishes and subscribes on
+                // this connection gets its answers and messages in one read.
+                forward_woken(&mut c.woken);
                 out.sink.uncork();
             }
         }
         out.close();
-        for (_, t) in c.subs.drain() {
-            t.abort();
+        forward_woken(&mut c.woken);
+        for (_, f) in c.subs.drain() {
+            f.stop();
         }
         // A waiter whose connection died leaves the line at once.
         let waits: Vec<_> = out.waits.lock().drain().collect();
@@ -350,7 +358,9 @@ struct Conn {
     session: Option<String>,
     role: Option<Role>,
     tokens: Option<Arc<Tokens>>,
-    subs: HashMap<u64, tokio::task::AbortHandle>,
+    subs: HashMap<u64, Arc<Forwarder>>,
+    /// Subscriptions its publishes woke, forwarded before its answers leave.
+    woken: Vec<Arc<Forwarder>>,
 }
 
 impl Conn {
@@ -396,7 +406,7 @@ impl Conn {
                 let channel = need(r.channel, op, "channel")?;
                 let branch = r.branch.unwrap_or_default();
                 let data = need(r.data, op, "data")?;
-                store.publish_now(&channel, &branch, data.get().as_bytes().into())?;
+                publish_gathering(&mut self.woken, || store.publish_now(&channel, &branch, data.get().as_bytes().into()))?;
                 answer_ok(&self.out, id, &());
             }
             "subscribe" => {
@@ -417,13 +427,12 @@ impl Conn {
                 }
                 let at: Resume = sub.resume_point();
                 answer_ok(&self.out, id, &SubscribeOk { epoch, log: at.log, next: at.next });
-                let task = runtime::spawn(forward(sub, sub_id, self.out.clone()));
-                self.subs.insert(sub_id, task.abort_handle());
+                self.subs.insert(sub_id, Forwarder::start(sub, sub_id, self.out.clone()));
             }
             "unsubscribe" => {
                 let sub_id = need(r.sub, op, "sub")?;
-                if let Some(t) = self.subs.remove(&sub_id) {
-                    t.abort();
+                if let Some(f) = self.subs.remove(&sub_id) {
+                    f.stop();
                 }
                 answer_ok(&self.out, id, &());
             }
@@ -594,27 +603,170 @@ fn holder_id(session: &str, holder: u64) -> u64 {
     h.finish() | 1
 }
 
-/// Forwards a subscription's events while the connection has room.
-async fn forward(sub: RawSubscription, id: u64, out: Arc<Outbox>) {
-    let mut buf = Vec::with_capacity(16 * 1024);
-    loop {
-        out.room().await;
-        if out.closed.load(Ordering::Acquire) {
+thread_local! {
+    /// Set while a connection's task publishes: the subscriptions its
+    /// messages wake are gathered here and forwarded by that task at the end
+    /// of what it read together, instead of each waking a task of its own.
+    static WOKEN: std::cell::RefCell<Option<Vec<Arc<Forwarder>>>> = const { std::cell::RefCell::new(None) };
+}
+
+const RUNNING: u8 = 1;
+const NOTIFIED: u8 = 2;
+
+/// Forwards a subscription's events to its connection while the connection
+/// has room. A publish over the wire forwards from the publisher's own task
+/// (see [`WOKEN`]): one socket write per subscriber for a batch of publishes,
+/// and no wake-up of another thread, much as Redis writes to its
+/// subscribers before it reads again. Woken from elsewhere (a publish in the
+/// owning process, a transaction's commit), its own task forwards.
+struct Forwarder {
+    sub: Mutex<Option<RawSubscription>>,
+    id: u64,
+    out: Arc<Outbox>,
+    /// RUNNING while one thread forwards; NOTIFIED when woken meanwhile.
+    flags: std::sync::atomic::AtomicU8,
+    /// In a publisher's [`WOKEN`] list already.
+    gathered: AtomicBool,
+    stopped: AtomicBool,
+    kick: Notify,
+}
+
+/// What [`Forwarder::drain`] stopped at.
+enum Drained {
+    /// Nothing more to read; woken at the next event.
+    Waiting,
+    /// The connection's queue is full: its task waits for room.
+    NoRoom,
+    /// The subscription or the connection ended.
+    Ended,
+}
+
+impl Forwarder {
+    fn start(sub: RawSubscription, id: u64, out: Arc<Outbox>) -> Arc<Forwarder> {
+        let f = Arc::new(Forwarder {
+            sub: Mutex::new(Some(sub)),
+            id,
+            out,
+            flags: std::sync::atomic::AtomicU8::new(0),
+            gathered: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+            kick: Notify::new(),
+        });
+        let me = f.clone();
+        runtime::spawn(async move {
+            loop {
+                if me.stopped.load(Ordering::Acquire) {
+                    return;
+                }
+                me.out.room().await;
+                me.pump();
+                me.kick.notified().await;
+            }
+        });
+        f
+    }
+
+    /// Forwards what is ready, from this thread; one thread at a time, and a
+    /// wake while another thread forwards makes that thread look again.
+    fn pump(self: &Arc<Self>) {
+        if self.flags.fetch_or(RUNNING | NOTIFIED, Ordering::AcqRel) & RUNNING != 0 {
             return;
         }
-        let Some(ev) = sub.next().await else {
-            out.send(&Reply { ev: Some("end".into()), sub: Some(id), ..Default::default() });
-            return;
-        };
-        buf.clear();
-        encode_event(&mut buf, id, ev, sub.resume_point().next);
-        while buf.len() < 64 * 1024 {
-            match sub.try_next() {
-                Some(ev) => encode_event(&mut buf, id, ev, sub.resume_point().next),
-                None => break,
+        loop {
+            self.flags.fetch_and(!NOTIFIED, Ordering::AcqRel);
+            match self.drain() {
+                Drained::Waiting => {}
+                Drained::NoRoom => self.kick.notify_one(),
+                Drained::Ended => {
+                    self.stopped.store(true, Ordering::Release);
+                    self.kick.notify_one();
+                }
+            }
+            if self.flags.compare_exchange(RUNNING, 0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                return;
             }
         }
-        out.push(std::mem::replace(&mut buf, Vec::with_capacity(16 * 1024)));
+    }
+
+    fn drain(self: &Arc<Self>) -> Drained {
+        let guard = self.sub.lock();
+        let Some(sub) = guard.as_ref() else { return Drained::Ended };
+        let waker = std::task::Waker::from(self.clone());
+        let mut cx = std::task::Context::from_waker(&waker);
+        loop {
+            if self.out.closed.load(Ordering::Acquire) {
+                return Drained::Ended;
+            }
+            if self.out.sink.queued() >= CONNECTION_PENDING_BYTES {
+                return Drained::NoRoom;
+            }
+            let mut buf = Vec::new();
+            let mut ended = false;
+            while buf.len() < 64 * 1024 {
+                match sub.poll_next(&mut cx) {
+                    std::task::Poll::Ready(Some(ev)) => encode_event(&mut buf, self.id, ev, sub.resume_point().next),
+                    std::task::Poll::Ready(None) => {
+                        wire::encode(&Reply { ev: Some("end".into()), sub: Some(self.id), ..Default::default() }, &mut buf);
+                        ended = true;
+                        break;
+                    }
+                    std::task::Poll::Pending => break,
+                }
+            }
+            let full = buf.len() >= 64 * 1024;
+            if !buf.is_empty() {
+                self.out.push(buf);
+            }
+            if ended {
+                return Drained::Ended;
+            }
+            if !full {
+                return Drained::Waiting;
+            }
+        }
+    }
+
+    /// Stops it for good: the branch no longer keeps messages for it.
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        let sub = self.sub.lock().take();
+        drop(sub);
+        self.kick.notify_one();
+    }
+}
+
+impl std::task::Wake for Forwarder {
+    fn wake(self: Arc<Self>) {
+        let me = match WOKEN.with_borrow_mut(|w| match w {
+            Some(list) => {
+                if !self.gathered.swap(true, Ordering::AcqRel) {
+                    list.push(self.clone());
+                }
+                None
+            }
+            None => Some(self),
+        }) {
+            Some(me) => me,
+            None => return,
+        };
+        me.kick.notify_one();
+    }
+}
+
+/// Publishes from a connection's task, gathering the subscriptions it wakes
+/// into `woken` for [`forward_woken`].
+fn publish_gathering(woken: &mut Vec<Arc<Forwarder>>, publish: impl FnOnce() -> Result<()>) -> Result<()> {
+    WOKEN.with_borrow_mut(|w| *w = Some(std::mem::take(woken)));
+    let r = publish();
+    *woken = WOKEN.with_borrow_mut(|w| w.take()).unwrap_or_default();
+    r
+}
+
+/// Forwards, from this thread, what the publishes gathered in `woken` woke.
+fn forward_woken(woken: &mut Vec<Arc<Forwarder>>) {
+    for f in woken.drain(..) {
+        f.gathered.store(false, Ordering::Release);
+        f.pump();
     }
 }
 

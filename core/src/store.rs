@@ -320,6 +320,17 @@ impl Store {
         matches!(self.inner.backend, Backend::Owned(_))
     }
 
+    /// Over a Unix socket, the current connection's socket for a language's
+    /// event loop to read ([`LoopReader`](crate::LoopReader));
+    /// `None` in the owning process, over TCP or TLS, and while
+    /// disconnected.
+    pub fn loop_reader(&self) -> Option<crate::client::LoopReader> {
+        match &self.inner.backend {
+            Backend::Owned(_) => None,
+            Backend::Connected(c) => crate::client::LoopReader::of(c),
+        }
+    }
+
     /// The store directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir

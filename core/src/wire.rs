@@ -415,6 +415,8 @@ pub(crate) fn split_unix_shared(s: tokio::net::UnixStream) -> std::io::Result<(s
 pub(crate) fn register_readable(
     fd: &std::sync::Arc<std::os::unix::net::UnixStream>,
 ) -> std::io::Result<tokio::io::unix::AsyncFd<std::sync::Arc<std::os::unix::net::UnixStream>>> {
+    // From any thread: a language's event loop hands sockets back too.
+    let _rt = crate::runtime::handle().enter();
     // SAFETY: the Arc'd socket owns its fd, open until its last clone drops,
     // and the AsyncFd holds a clone.
     unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd.clone(), tokio::io::Interest::READABLE) }.map_err(Into::into)

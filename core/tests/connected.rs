@@ -594,3 +594,63 @@ fn lock_06_lock_03_durations_too_long_for_the_clock_are_invalid() {
         lock.hold("k", |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
     }
 }
+
+/// Waits up to `ms` for `fd` to be readable.
+fn wait_readable(fd: std::os::fd::RawFd, ms: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut p, 1, ms) > 0 }
+}
+
+/// A language's event loop (Node, Python) reads its connection itself: the
+/// answer to its call and the message it subscribed to are given out on
+/// its thread, and the call completes there.
+#[test]
+fn store_01_an_event_loop_reads_its_connection_and_calls_complete_on_its_thread() {
+    let (owner, client, _d) = owner_and_client();
+    assert!(owner.loop_reader().is_none(), "the owning process has no connection to read");
+    let sub = runtime::block_on(client.subscribe_raw("loop", &[Key::from(1)], Scope::Branch, None)).unwrap();
+    let reader = client.loop_reader().expect("a Unix connection");
+    assert!(reader.start());
+    let done_on = Arc::new(Mutex::new(None));
+    let (c, d) = (client.clone(), done_on.clone());
+    let task = runtime::LoopTask::start(async move {
+        c.publish_raw("loop", &[Key::from(1)], b"{\"n\":1}".to_vec().into_boxed_slice()).await.unwrap();
+        *d.lock().unwrap() = Some(std::thread::current().id());
+    });
+    let end = Instant::now() + Duration::from_secs(5);
+    while !task.is_done() && Instant::now() < end {
+        if wait_readable(reader.fd(), 50) {
+            assert!(reader.readable(), "the connection is still this loop's");
+        }
+    }
+    assert_eq!(*done_on.lock().unwrap(), Some(std::thread::current().id()), "completed on the loop's thread");
+    match sub.try_next() {
+        Some(Event::Message(m)) => assert_eq!(&*m.data, b"{\"n\":1}"),
+        other => panic!("the message was read with the answer: {other:?}"),
+    }
+    assert!(reader.is_active());
+    reader.stop();
+    assert!(!reader.readable(), "a stopped reader is done");
+    // The engine reads again.
+    runtime::block_on(client.publish_raw("loop", &[Key::from(1)], b"2".to_vec().into_boxed_slice())).unwrap();
+}
+
+/// A loop that leaves its connection unread (its program is busy) loses it
+/// to the engine within a few hundred ms: answers never wait on it.
+#[test]
+fn store_01_a_busy_event_loop_loses_its_connection_to_the_engine() {
+    let (_owner, client, _d) = owner_and_client();
+    let reader = client.loop_reader().unwrap();
+    assert!(reader.start());
+    let t = Instant::now();
+    // Never read by the loop: the engine takes the socket back.
+    runtime::block_on(client.publish_raw("busy", &[], b"1".to_vec().into_boxed_slice())).unwrap();
+    assert!(t.elapsed() < Duration::from_secs(3), "answered after {:?}", t.elapsed());
+    assert!(!reader.is_active());
+    assert!(!reader.readable(), "the loop is told to stop watching");
+    // A new reader takes it again.
+    let again = client.loop_reader().unwrap();
+    assert!(again.start());
+    again.stop();
+}

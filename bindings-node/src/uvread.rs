@@ -1,0 +1,155 @@
+//! A connected store's socket read by Node's own event loop (libuv), not by
+//! an engine thread: an answer or a message then wakes the JavaScript
+//! thread alone, as node-redis's socket does, instead of waking an engine
+//! thread that wakes the JavaScript thread in turn (each wake-up of a
+//! sleeping thread costs about as much as the round trip itself here).
+//!
+//! The engine's [`LoopReader`] does the reading and dispatching; this file
+//! only watches its file descriptor with a `uv_poll_t` (libuv's symbols are
+//! the Node executable's own). The handle is unreferenced, so it never keeps
+//! a program alive. When the JavaScript thread is busy for 100 ms with data
+//! waiting, the engine reads again; the next call from JavaScript watches
+//! the socket again (and the new one after a reconnect).
+
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Mutex};
+
+use napi::Env;
+use tinystore::{LoopReader, Store};
+
+#[allow(non_camel_case_types)]
+type uv_poll_t = c_void;
+
+unsafe extern "C" {
+    fn uv_poll_init(lp: *mut c_void, handle: *mut uv_poll_t, fd: c_int) -> c_int;
+    fn uv_poll_start(handle: *mut uv_poll_t, events: c_int, cb: extern "C" fn(*mut uv_poll_t, c_int, c_int)) -> c_int;
+    fn uv_poll_stop(handle: *mut uv_poll_t) -> c_int;
+    fn uv_close(handle: *mut c_void, cb: extern "C" fn(*mut c_void));
+    fn uv_unref(handle: *mut c_void);
+}
+
+const UV_READABLE: c_int = 1;
+/// Room for a `uv_poll_t` (160 bytes on 64-bit Linux), 8-byte aligned. Its
+/// first field is libuv's `void *data`.
+const HANDLE_WORDS: usize = 64;
+
+/// Watches a connected store's socket on the JavaScript thread.
+pub struct UvReader {
+    store: Store,
+    st: Mutex<State>,
+}
+
+struct State {
+    reader: Option<Arc<LoopReader>>,
+    /// The live `uv_poll_t`, or null.
+    handle: *mut uv_poll_t,
+}
+
+// SAFETY: `handle` is touched only on the JavaScript thread that made it
+// (calls from JavaScript, libuv's callbacks, the store's finalizer).
+unsafe impl Send for State {}
+
+/// What a handle's `data` points to: the reader it serves (one reference,
+/// given back when libuv closes the handle).
+struct Data {
+    reader: Arc<LoopReader>,
+    owner: std::sync::Weak<UvReader>,
+}
+
+impl UvReader {
+    /// For a connected store; `None` in the owning process.
+    pub fn new(store: &Store) -> Option<Arc<UvReader>> {
+        (!store.is_owner()).then(|| Arc::new(UvReader { store: store.clone(), st: Mutex::new(State { reader: None, handle: std::ptr::null_mut() }) }))
+    }
+
+    /// Called on the JavaScript thread by every call that may wait for an
+    /// answer: watches the store's current socket unless it already does.
+    pub fn ensure(self: &Arc<Self>, env: &Env) {
+        let mut st = self.st.lock().unwrap_or_else(|p| p.into_inner());
+        if st.reader.as_ref().is_some_and(|r| r.is_active()) {
+            return;
+        }
+        close(&mut st);
+        let Some(reader) = self.store.loop_reader() else { return };
+        let Ok(lp) = env.get_uv_event_loop() else { return };
+        let reader = Arc::new(reader);
+        let handle = Box::into_raw(Box::new([0u64; HANDLE_WORDS])).cast::<c_void>();
+        // SAFETY: `handle` is zeroed memory large enough for a uv_poll_t, on
+        // the loop's own thread; `data` is set after init, which leaves it be.
+        unsafe {
+            if uv_poll_init(lp.cast(), handle, reader.fd()) != 0 {
+                drop(Box::from_raw(handle.cast::<[u64; HANDLE_WORDS]>()));
+                return;
+            }
+            let data = Box::into_raw(Box::new(Data { reader: reader.clone(), owner: Arc::downgrade(self) }));
+            *handle.cast::<*mut Data>() = data;
+            uv_unref(handle);
+            st.handle = handle;
+            if !reader.start() || uv_poll_start(handle, UV_READABLE, on_readable) != 0 {
+                reader.stop();
+                close(&mut st);
+                return;
+            }
+        }
+        st.reader = Some(reader);
+    }
+
+    /// Stops watching (the store closes).
+    pub fn stop(&self) {
+        let mut st = self.st.lock().unwrap_or_else(|p| p.into_inner());
+        close(&mut st);
+    }
+}
+
+/// Stops and closes the handle, giving the socket back to the engine.
+fn close(st: &mut State) {
+    if let Some(r) = st.reader.take() {
+        r.stop();
+    }
+    if !st.handle.is_null() {
+        // SAFETY: a live handle of this thread's loop; freed in `closed`.
+        unsafe {
+            uv_poll_stop(st.handle);
+            uv_close(st.handle, closed);
+        }
+        st.handle = std::ptr::null_mut();
+    }
+}
+
+extern "C" fn closed(handle: *mut c_void) {
+    // SAFETY: made by `ensure` from a Box of a Data and a Box of words;
+    // libuv calls this once, after the handle is done.
+    unsafe {
+        drop(Box::from_raw(*handle.cast::<*mut Data>()));
+        drop(Box::from_raw(handle.cast::<[u64; HANDLE_WORDS]>()));
+    }
+}
+
+extern "C" fn on_readable(handle: *mut uv_poll_t, status: c_int, _events: c_int) {
+    // SAFETY: `data` was set by `ensure` and lives until `closed`.
+    let data = unsafe { &**handle.cast::<*mut Data>() };
+    let keep = status == 0 && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| data.reader.readable())).unwrap_or(false);
+    if !keep {
+        // Done with this socket: the engine reads it (or its successor)
+        // until the next call from JavaScript watches again.
+        match data.owner.upgrade() {
+            Some(owner) => {
+                let mut st = owner.st.lock().unwrap_or_else(|p| p.into_inner());
+                if st.handle == handle {
+                    close(&mut st);
+                }
+            }
+            // SAFETY: this thread's live handle.
+            None => unsafe {
+                uv_poll_stop(handle);
+            },
+        }
+    }
+}
+
+impl Drop for UvReader {
+    fn drop(&mut self) {
+        let st = self.st.get_mut().unwrap_or_else(|p| p.into_inner());
+        close(st);
+    }
+}
