@@ -9,7 +9,9 @@
 //! once (most calls of an owned store) or hands back a [`pending::Pending`]
 //! that the Python layer starts on a [`pending::Completer`]: the core runs it
 //! on its own runtime, and the result comes back to the loop's thread through
-//! a socket the loop watches. Engine threads never take the GIL.
+//! a socket the loop watches. Engine threads never take the GIL. A connected
+//! store's own socket is read by the loop's thread too (`loopread`), so
+//! an answer usually completes its call there, with no other thread woken.
 
 use pyo3::prelude::*;
 
@@ -17,6 +19,7 @@ mod channels;
 mod convert;
 mod error;
 mod locks;
+mod loopread;
 mod pending;
 mod sql;
 mod store;
@@ -33,6 +36,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pending::Pending>()?;
     m.add_class::<pending::Completer>()?;
     m.add_class::<store::NativeStore>()?;
+    m.add_class::<loopread::NativeLoopReader>()?;
     m.add_class::<channels::NativeBranch>()?;
     m.add_class::<channels::NativeSubscription>()?;
     m.add_class::<locks::NativeLock>()?;

@@ -6,11 +6,15 @@
 //! released): in an owned store, publishing, taking a free key or reading a
 //! ready batch completes there and then, with no thread hop. Otherwise the
 //! call returns a [`Pending`]; the Python layer starts it on the
-//! [`Completer`] of its event loop, which runs it on the core's runtime (or
-//! its blocking pool, for SQLite), queues the outcome, and writes one byte to
-//! a socket the loop watches. The loop's reader callback then calls
-//! [`Completer::drain`], which converts every queued outcome on the loop's
-//! thread and settles the asyncio futures.
+//! [`Completer`] of its event loop, which runs it as a core
+//! [`LoopTask`] (or on the core's blocking pool, for SQLite), queues the
+//! outcome, and writes one byte to a socket the loop watches. The loop's
+//! reader callback then calls [`Completer::drain`], which converts every
+//! queued outcome on the loop's thread and settles the asyncio futures.
+//!
+//! A `LoopTask` woken while the loop's thread reads a connected store's
+//! socket itself (`loopread`) is completed right there, on the loop's
+//! thread; woken by an engine thread, a runtime task completes it.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -26,7 +30,7 @@ use parking_lot::Mutex;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
-use tinystore::runtime;
+use tinystore::runtime::{self, LoopTask};
 
 use crate::error;
 
@@ -102,7 +106,9 @@ struct Shared {
     signalled: AtomicBool,
     bell: UnixStream,
     next: AtomicU64,
-    running: Mutex<HashMap<u64, tokio::task::AbortHandle>>,
+    /// The calls running as a [`LoopTask`], to cancel; `None` while one is
+    /// being started.
+    running: Mutex<HashMap<u64, Option<Arc<LoopTask>>>>,
 }
 
 impl Shared {
@@ -158,10 +164,22 @@ impl Completer {
         let shared = self.shared.clone();
         py.detach(move || match work {
             Work::Future(fut) => {
-                let mut running = shared.running.lock();
+                shared.running.lock().insert(id, None);
                 let s = shared.clone();
-                let task = runtime::spawn(async move { s.push(id, fut.await) });
-                running.insert(id, task.abort_handle());
+                // Polled now, on this thread (GIL released); later on the
+                // thread that wakes it: the loop's own while it reads its
+                // connection, else a runtime thread.
+                let task = LoopTask::start(async move { s.push(id, Unwound(fut).await) });
+                let mut running = shared.running.lock();
+                match running.get_mut(&id) {
+                    Some(slot) => *slot = Some(task),
+                    None => {
+                        // Finished already (then this does nothing), or
+                        // cancelled while it started.
+                        drop(running);
+                        task.cancel();
+                    }
+                }
             }
             Work::Blocking(f) => {
                 runtime::handle().spawn_blocking(move || shared.push(id, f()));
@@ -173,9 +191,10 @@ impl Completer {
     /// Abandons the call `id` (its asyncio future was cancelled): a waiter
     /// leaves the queue; a lease granted meanwhile is let go when dropped.
     fn cancel(&self, py: Python<'_>, id: u64) {
-        let task = self.shared.running.lock().remove(&id);
+        let task = self.shared.running.lock().remove(&id).flatten();
         if let Some(t) = task {
-            py.detach(move || t.abort());
+            // Drops the future here: a waiter leaves the queue now.
+            py.detach(move || t.cancel());
         }
     }
 
@@ -193,6 +212,23 @@ impl Completer {
                 Err(e) => (id, false, e.into_value(py).into_any()),
             })
             .collect()
+    }
+}
+
+/// A call's future with a panic turned into an error, so that its asyncio
+/// future is settled and the thread polling it (maybe the loop's, inside a
+/// read of its connection) goes on.
+struct Unwound(BoxFuture);
+
+impl Future for Unwound {
+    type Output = Outcome;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let fut = &mut self.0;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+            Ok(p) => p,
+            Err(_) => Poll::Ready(Err(tinystore::Error::new(tinystore::ErrorKind::Internal, "the engine panicked while answering this call"))),
+        }
     }
 }
 

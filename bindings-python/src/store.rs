@@ -10,6 +10,7 @@ use tinystore::{Key, Store};
 
 use crate::channels::NativeBranch;
 use crate::locks::NativeLock;
+use crate::loopread::NativeLoopReader;
 use crate::pending::{run_blocking, value};
 use crate::sql::NativeDatabase;
 use crate::{convert, error};
@@ -43,6 +44,18 @@ impl NativeStore {
     #[getter]
     fn closed(&self) -> bool {
         self.store.is_closed()
+    }
+
+    /// False in the process that owns the store.
+    #[getter]
+    fn connected(&self) -> bool {
+        !self.store.is_owner()
+    }
+
+    /// Over a Unix socket, the current connection's socket for the running
+    /// loop to read; None when owned, over TCP or TLS, or disconnected.
+    fn loop_reader(&self) -> Option<NativeLoopReader> {
+        self.store.loop_reader().map(NativeLoopReader::new)
     }
 
     #[getter]

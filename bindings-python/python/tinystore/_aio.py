@@ -11,6 +11,10 @@ loop never stalls the engine.
 
 Cancelling the awaiting task cancels the call: a waiter for a key leaves the
 queue, and a lease granted in the meantime is let go.
+
+A connected store's socket is read by the loop itself (``LoopWatch``): its
+answers complete their calls on the loop's thread, with no engine thread in
+between, and the callback that read them settles their futures at once.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import asyncio
 import os
 import weakref
 from functools import partial
-from typing import Any
+from typing import Any, Optional
 
 from . import _native
 
@@ -60,6 +64,113 @@ class _LoopCompleter:
             self.native.cancel(call)
 
 
+class LoopWatch:
+    """Has the running loop read a connected store's socket itself.
+
+    Each call of the store that may wait for an answer calls :meth:`ensure`
+    with the running loop: unless that loop already reads the current
+    socket, it takes it from the engine (``NativeLoopReader.start``) and
+    watches it with ``loop.add_reader``. The callback reads and dispatches
+    what came (in native code, the GIL released), then settles the calls it
+    answered right away. When the reader is done (the connection ended, or
+    the engine took the socket back because the loop left it unread for
+    100 ms), the loop stops watching; the next call watches again, the new
+    socket after a reconnect. One loop watches a store at a time: another
+    loop takes over only once the first one no longer reads it.
+    """
+
+    __slots__ = ("_native", "_loop", "_reader", "_fd", "_closed", "_unsupported")
+
+    def __init__(self, native_store: Any) -> None:
+        self._native = native_store
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._reader: Any = None
+        self._fd = -1
+        self._closed = False
+        self._unsupported: Optional[asyncio.AbstractEventLoop] = None
+
+    @property
+    def reader(self) -> Any:
+        """The reader watched now, or None."""
+        return self._reader
+
+    def ensure(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Has ``loop`` (the running loop) read the store's current socket."""
+        r = self._reader
+        if r is not None and self._loop is loop and r.active:
+            return
+        self._attach(loop)
+
+    def _attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._closed or loop is self._unsupported:
+            return
+        if self._reader is not None:
+            old = self._loop
+            if old is not loop and self._reader.active and old is not None and old.is_running():
+                return  # another loop (of another thread) reads it
+            self.detach()
+        if self._native.closed:
+            return
+        r = self._native.loop_reader()
+        if r is None:
+            return  # owned now, over TCP or TLS, or disconnected
+        c = _completer(loop)
+        fd = r.fileno()
+        if not r.start():
+            return
+        try:
+            loop.add_reader(fd, self._readable, r, c)
+        except NotImplementedError:  # a loop that cannot watch a file descriptor
+            r.stop()
+            self._unsupported = loop
+            return
+        self._loop, self._reader, self._fd = loop, r, fd
+
+    def _readable(self, r: Any, c: "_LoopCompleter") -> None:
+        keep = r.readable()
+        # The calls it answered are queued on the completer: settle them now
+        # (their bell byte is read here too, so the loop is not woken again).
+        c._drain()
+        if not keep:
+            if self._reader is r:
+                self.detach()
+            else:
+                # Detached from another thread, which asked this loop to
+                # stop watching: do it now.
+                self._forget(asyncio.get_running_loop(), r.fileno(), r)
+
+    def detach(self) -> None:
+        """Stops watching: the engine reads the socket until the next call."""
+        r, loop, fd = self._reader, self._loop, self._fd
+        if r is None or loop is None:
+            return
+        self._reader = self._loop = None
+        self._fd = -1
+        r.stop()
+        try:
+            running: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is running or not loop.is_running():
+            loop.remove_reader(fd)  # nothing for a closed loop
+        else:
+            # That loop runs in another thread: it stops watching there.
+            # ``r`` keeps the file descriptor open until then.
+            try:
+                loop.call_soon_threadsafe(self._forget, loop, fd, r)
+            except RuntimeError:
+                pass  # closed meanwhile
+
+    def _forget(self, loop: asyncio.AbstractEventLoop, fd: int, r: Any) -> None:
+        if not (self._loop is loop and self._fd == fd):
+            loop.remove_reader(fd)
+
+    def close(self) -> None:
+        """The store closes: stop watching, for good."""
+        self._closed = True
+        self.detach()
+
+
 _completers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopCompleter] = weakref.WeakKeyDictionary()
 
 
@@ -83,10 +194,31 @@ def wait(pending: Any, loop: "asyncio.AbstractEventLoop | None" = None) -> async
         raise RuntimeError(_FORKED)
     if loop is None:
         loop = asyncio.get_running_loop()
+    return _completer(loop).start(loop, pending)
+
+
+def _completer(loop: asyncio.AbstractEventLoop) -> _LoopCompleter:
     c = _completers.get(loop)
     if c is None:
         c = _completers[loop] = _LoopCompleter(loop)
-    return c.start(loop, pending)
+    return c
+
+
+def watched(pending: Any, watch: Optional[LoopWatch]) -> asyncio.Future[Any]:
+    """:func:`wait` for a call of a store watched by ``watch`` (None: owned)."""
+    if _forked_after_start:
+        raise RuntimeError(_FORKED)
+    loop = asyncio.get_running_loop()
+    if watch is not None:
+        watch.ensure(loop)
+    return _completer(loop).start(loop, pending)
+
+
+async def result_of(r: Any, watch: Optional[LoopWatch]) -> Any:
+    """:func:`result` for a call of a store watched by ``watch``."""
+    if type(r) is Pending:
+        return await watched(r, watch)
+    return r
 
 
 async def result(r: Any) -> Any:

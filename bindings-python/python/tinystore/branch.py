@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Generic, Optional, Tuple, TypeVar, Union
+from typing import Any, Awaitable, Callable, Generic, Optional, Tuple, TypeVar, Union
 
 from . import _aio
 from .codec import Codec
@@ -26,15 +26,16 @@ class Branch(Generic[T]):
     Raises ``InvalidError`` (a ``ValueError``) for a key out of rule.
     """
 
-    __slots__ = ("_native", "_codec")
+    __slots__ = ("_native", "_codec", "_watch")
 
-    def __init__(self, native: Any, codec: Codec[T]) -> None:
+    def __init__(self, native: Any, codec: Codec[T], watch: Optional[_aio.LoopWatch] = None) -> None:
         self._native = native
         self._codec = codec
+        self._watch = watch
 
     def under(self, key: Key) -> "Branch[T]":
         """The branch ``key`` below this one."""
-        return Branch(self._native.under(key), self._codec)
+        return Branch(self._native.under(key), self._codec, self._watch)
 
     @property
     def path(self) -> Tuple[str, ...]:
@@ -66,6 +67,9 @@ class Branch(Generic[T]):
         loop = _aio.running_loop("publish")
         r = self._native.publish(self._codec.encode(value))
         if type(r) is _aio.Pending:
+            w = self._watch
+            if w is not None:
+                w.ensure(loop)
             return _aio.wait(r, loop)
         done = loop.create_future()
         done.set_result(None)
@@ -98,18 +102,21 @@ class Branch(Generic[T]):
         Raises ``LimitError`` past 10,000 subscriptions of a store,
         ``ClosedError`` once the store is closed.
         """
-        native = await _aio.result(self._native.subscribe(recursive))
-        return Subscription(native, self._codec, handler, on_missed, on_error)
+        native = await _aio.result_of(self._native.subscribe(recursive), self._watch)
+        return Subscription(native, self._codec, handler, on_missed, on_error, self._watch)
 
     async def messages(self, *, recursive: bool = False) -> Messages[T]:
         """The messages published here from now on, as an async iterator of
         :class:`Message` (and :class:`Missed` before a message that follows
         missed ones). Subscribed when this returns."""
-        return await Messages(lambda: _aio.result(self._native.subscribe(recursive)), self._codec)._start()
+        return await Messages(self._subscriber(recursive), self._codec, self._watch)._start()
 
     def __aiter__(self) -> Messages[T]:
         """``async for m in branch``: subscribes at the first step."""
-        return Messages(lambda: _aio.result(self._native.subscribe(False)), self._codec)
+        return Messages(self._subscriber(False), self._codec, self._watch)
+
+    def _subscriber(self, recursive: bool) -> Callable[[], Awaitable[Any]]:
+        return lambda: _aio.result_of(self._native.subscribe(recursive), self._watch)
 
     def __repr__(self) -> str:
         return f"Branch({self._native.channel_name!r}, path={self.path!r})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Generic, Optional, TypeVar
 
+from . import _aio
 from .branch import Branch
 from .codec import Codec
 
@@ -23,8 +24,15 @@ class Channel(Branch[T], Generic[T]):
 
     __slots__ = ("name",)
 
-    def __init__(self, native_root: Any, name: str, tp: Any = None, ns: Optional[dict[str, Any]] = None) -> None:
-        super().__init__(native_root, Codec(tp, ns, name))
+    def __init__(
+        self,
+        native_root: Any,
+        name: str,
+        tp: Any = None,
+        ns: Optional[dict[str, Any]] = None,
+        watch: Optional[_aio.LoopWatch] = None,
+    ) -> None:
+        super().__init__(native_root, Codec(tp, ns, name), watch)
         self.name = name
 
     @property

@@ -38,19 +38,27 @@ def _holder() -> int:
 class _Hold(Generic[L]):
     """``async with lock.hold(key) as lease``: waits for the key."""
 
-    __slots__ = ("_native", "_key", "_wait", "_make", "_lease")
+    __slots__ = ("_native", "_key", "_wait", "_make", "_lease", "_watch")
 
-    def __init__(self, native: Any, key: Key, wait: Optional[Duration], make: Callable[[Any], L]) -> None:
+    def __init__(
+        self,
+        native: Any,
+        key: Key,
+        wait: Optional[Duration],
+        make: Callable[[Any], L],
+        watch: Optional[_aio.LoopWatch] = None,
+    ) -> None:
         self._native = native
         self._key = key
         self._wait = wait
         self._make = make
         self._lease: Any = None
+        self._watch = watch
 
     async def __aenter__(self) -> L:
         r = self._native.acquire(self._key, _holder(), self._wait)
         if type(r) is _aio.Pending:
-            r = await _aio.wait(r)
+            r = await _aio.watched(r, self._watch)
         self._lease = r
         return self._make(r)
 
@@ -65,16 +73,17 @@ class _Hold(Generic[L]):
 class _TryHold(Generic[L]):
     """``async with lock.try_hold(key) as lease``: None at once when held."""
 
-    __slots__ = ("_native", "_key", "_make", "_lease")
+    __slots__ = ("_native", "_key", "_make", "_lease", "_watch")
 
-    def __init__(self, native: Any, key: Key, make: Callable[[Any], L]) -> None:
+    def __init__(self, native: Any, key: Key, make: Callable[[Any], L], watch: Optional[_aio.LoopWatch] = None) -> None:
         self._native = native
         self._key = key
         self._make = make
         self._lease: Any = None
+        self._watch = watch
 
     async def __aenter__(self) -> Optional[L]:
-        r = await _aio.result(self._native.try_acquire(self._key, _holder()))
+        r = await _aio.result_of(self._native.try_acquire(self._key, _holder()), self._watch)
         self._lease = r
         return None if r is None else self._make(r)
 
@@ -99,10 +108,11 @@ def release(native_lease: Any, et: Optional[Type[BaseException]]) -> None:
 
 
 class _Handle:
-    __slots__ = ("_native",)
+    __slots__ = ("_native", "_watch")
 
-    def __init__(self, native: Any) -> None:
+    def __init__(self, native: Any, watch: Optional[_aio.LoopWatch] = None) -> None:
         self._native = native
+        self._watch = watch
 
     @property
     def name(self) -> str:
@@ -150,13 +160,13 @@ class Lock(_Handle):
         :class:`tinystore.ConflictError` at once; so does the first hold of
         a handle whose name the owner has as a semaphore (connected).
         """
-        return _Hold(self._native, key, wait, Lease)
+        return _Hold(self._native, key, wait, Lease, self._watch)
 
     def try_hold(self, key: Key) -> _TryHold[Lease]:
         """``async with lock.try_hold(key) as lease:`` holds ``key`` if it is
         free now; ``lease`` is None at once when someone holds it (this task
         too). Never waits. Ends as :meth:`hold` does."""
-        return _TryHold(self._native, key, Lease)
+        return _TryHold(self._native, key, Lease, self._watch)
 
     def __repr__(self) -> str:
         return f"Lock({self.name!r}, ttl={self.ttl}, max_hold={self.max_hold}, wait={self.wait})"
@@ -173,17 +183,17 @@ class Semaphore(_Handle):
 
     __slots__ = ("limit",)
 
-    def __init__(self, native: Any, limit: int) -> None:
-        super().__init__(native)
+    def __init__(self, native: Any, limit: int, watch: Optional[_aio.LoopWatch] = None) -> None:
+        super().__init__(native, watch)
         self.limit = limit
 
     def hold(self, key: Key, *, wait: Optional[Duration] = None) -> _Hold[Permit]:
         """``async with sem.hold(key) as permit:`` as :meth:`Lock.hold`, with a permit."""
-        return _Hold(self._native, key, wait, Permit)
+        return _Hold(self._native, key, wait, Permit, self._watch)
 
     def try_hold(self, key: Key) -> _TryHold[Permit]:
         """``async with sem.try_hold(key) as permit:`` as :meth:`Lock.try_hold`."""
-        return _TryHold(self._native, key, Permit)
+        return _TryHold(self._native, key, Permit, self._watch)
 
     def __repr__(self) -> str:
         return f"Semaphore({self.name!r}, limit={self.limit}, ttl={self.ttl})"

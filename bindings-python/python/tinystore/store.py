@@ -24,10 +24,12 @@ class Store:
     held keys go.
     """
 
-    __slots__ = ("_native",)
+    __slots__ = ("_native", "_watch")
 
     def __init__(self, native: Any) -> None:
         self._native = native
+        # Connected: the running loop reads the connection's socket itself.
+        self._watch = _aio.LoopWatch(native) if native.connected else None
 
     @overload
     def channel(self, name: str) -> Channel[Any]: ...
@@ -47,7 +49,7 @@ class Store:
         # defined inside a function.
         caller = sys._getframe(1)
         ns = {**caller.f_globals, **caller.f_locals}
-        return Channel(self._native.branch(name), name, type, ns)
+        return Channel(self._native.branch(name), name, type, ns, self._watch)
 
     def lock(
         self,
@@ -74,7 +76,7 @@ class Store:
         ``ConflictError`` (the name is a semaphore) comes from the first
         ``hold`` or ``try_hold`` at the latest (owned, from here).
         """
-        return Lock(self._native.lock(name, None, ttl, max_hold, wait))
+        return Lock(self._native.lock(name, None, ttl, max_hold, wait), self._watch)
 
     def semaphore(
         self,
@@ -91,7 +93,7 @@ class Store:
         range; ``ConflictError`` when the name is a lock or a semaphore of
         another limit, from the first ``hold`` or ``try_hold`` at the latest
         (as :meth:`lock`)."""
-        return Semaphore(self._native.lock(name, limit, ttl, max_hold, wait), limit)
+        return Semaphore(self._native.lock(name, limit, ttl, max_hold, wait), limit, self._watch)
 
     async def database(
         self,
@@ -131,12 +133,18 @@ class Store:
         with their fences and waiters (a dict of JSON values). Connected, it
         is asked of the owner (one round trip, waited for here). Raises
         ``ClosedError`` once the store is closed."""
+        if self._watch is not None:
+            # This thread waits for the answer here, so the loop cannot read
+            # it: the engine does (the next call watches again).
+            self._watch.detach()
         return json.loads(self._native.status_json())
 
     async def close(self) -> None:
         """Closes the store: subscriptions end, held keys are let go (their
         holders see their leases lost), waiters get ``ClosedError``.
         Idempotent."""
+        if self._watch is not None:
+            self._watch.close()
         self._native.close()
 
     async def __aenter__(self) -> "Store":

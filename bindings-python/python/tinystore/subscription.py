@@ -24,10 +24,10 @@ ErrorHandler = Callable[[Exception], Union[None, Awaitable[None]]]
 _running: set[asyncio.Task[None]] = set()
 
 
-async def _next_batch(native: Any) -> list[Any]:
+async def _next_batch(native: Any, watch: Optional[_aio.LoopWatch]) -> list[Any]:
     r = native.next_batch(BATCH)
     if type(r) is _aio.Pending:
-        r = await _aio.wait(r)
+        r = await _aio.watched(r, watch)
     return r
 
 
@@ -49,8 +49,10 @@ class Subscription(Generic[T]):
         handler: Handler[T],
         on_missed: Optional[MissedHandler],
         on_error: Optional[ErrorHandler],
+        watch: Optional[_aio.LoopWatch] = None,
     ) -> None:
         self._native = native
+        self._watch = watch
         self._codec = codec
         self._handler = handler
         self._on_missed = on_missed
@@ -80,7 +82,7 @@ class Subscription(Generic[T]):
     async def _pump(self) -> None:
         decode = self._codec.decode
         while not self._stopped:
-            batch = await _next_batch(self._native)
+            batch = await _next_batch(self._native, self._watch)
             if not batch:
                 return
             for is_message, a, b, c in batch:
@@ -122,8 +124,11 @@ class Messages(Generic[T]):
     collector.
     """
 
-    def __init__(self, subscribe: Callable[[], Awaitable[Any]], codec: Codec[T]) -> None:
+    def __init__(
+        self, subscribe: Callable[[], Awaitable[Any]], codec: Codec[T], watch: Optional[_aio.LoopWatch] = None
+    ) -> None:
         self._subscribe = subscribe
+        self._watch = watch
         self._native: Any = None
         self._codec = codec
         self._ready: Deque[Any] = deque()
@@ -142,7 +147,7 @@ class Messages(Generic[T]):
             if self._closed:
                 raise StopAsyncIteration
             await self._start()
-            batch = await _next_batch(self._native)
+            batch = await _next_batch(self._native, self._watch)
             if not batch:
                 self._closed = True
                 raise StopAsyncIteration

@@ -1,0 +1,119 @@
+"""STORE-01: a connected store's socket is read by the asyncio loop itself
+(as redis-py's asyncio client reads its own), so an answer completes its
+call on the loop's thread with no engine thread in between; a loop kept busy
+loses the socket to the engine, so answers, renewals and messages never wait
+on it."""
+
+from __future__ import annotations
+
+import asyncio
+import select
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator, List, Tuple
+
+import pytest
+
+import tinystore
+from conftest import until
+from tinystore import _aio
+
+
+@pytest.fixture
+async def connected(tmp_path: Path) -> AsyncIterator[Tuple[tinystore.Store, tinystore.Store]]:
+    """An owner and a store connected to it over its Unix socket."""
+    dir = tmp_path / "s"
+    owner = await tinystore.open(dir)
+    store = await tinystore.connect(f"unix:{dir / 'tinystore.sock'}")
+    yield owner, store
+    await store.close()
+    await owner.close()
+
+
+async def _read_by_the_loop(store: tinystore.Store, ch: Any) -> Any:
+    """The reader the loop watches after a few publishes (a call finds the
+    socket busy now and then, while the engine's task reads it: the next
+    call takes it)."""
+    for _ in range(100):
+        await ch.publish(0)
+        r = store._watch.reader  # type: ignore[union-attr]
+        if r is not None and r.active:
+            return r
+    raise AssertionError("the loop never read the socket")
+
+
+async def test_store_01_a_connected_stores_answers_complete_on_the_loop_that_reads_its_socket(
+    connected: Tuple[tinystore.Store, tinystore.Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, store = connected
+    started = 0
+    settled_by_the_read = 0  # futures settled inside the callback that read their answer
+
+    real_start = _aio._LoopCompleter.start
+    real_readable = _aio.LoopWatch._readable
+
+    def start(self: Any, loop: asyncio.AbstractEventLoop, pending: Any) -> "asyncio.Future[Any]":
+        nonlocal started
+        started += 1
+        return real_start(self, loop, pending)
+
+    def readable(self: Any, r: Any, c: Any) -> None:
+        nonlocal settled_by_the_read
+        waiting = len(c.futures)
+        real_readable(self, r, c)
+        settled_by_the_read += waiting - len(c.futures)
+
+    monkeypatch.setattr(_aio._LoopCompleter, "start", start)
+    monkeypatch.setattr(_aio.LoopWatch, "_readable", readable)
+
+    ch = store.channel("c")
+    got: List[int] = []
+    sub = await ch.subscribe(lambda m: got.append(m.value))
+    reader = await _read_by_the_loop(store, ch)
+    t0 = time.monotonic()
+    await asyncio.gather(*[ch.publish(i) for i in range(1, 1001)])  # many in flight
+    for i in range(1001, 1201):  # one by one
+        await ch.publish(i)
+    lock = store.lock("l")
+    for _ in range(200):
+        async with lock.hold("k") as lease:
+            assert not lease.lost
+    async with lock.try_hold("k") as lease:
+        assert lease is not None
+    await until(lambda: bool(got) and got[-1] == 1200, what="every message")
+    elapsed = time.monotonic() - t0
+    assert got[-1200:] == list(range(1, 1201)), "every message, in order"
+    assert reader.active, "still read by the loop"
+    # About 600 round trips one after another: well under a second each way
+    # here; an answer left to wait for the engine to take the socket back
+    # (100 ms or more each) would take a minute.
+    assert elapsed < 20, elapsed
+    assert started > 1200
+    assert settled_by_the_read >= 0.9 * started, (settled_by_the_read, started)
+    await sub.stop()
+
+
+async def test_store_01_a_loop_blocked_by_cpu_work_still_gets_its_connected_calls_answered(
+    connected: Tuple[tinystore.Store, tinystore.Store],
+) -> None:
+    _, store = connected
+    loop = asyncio.get_running_loop()
+    ch = store.channel("c")
+    lock = store.lock("busy", ttl="1s")
+    reader = await _read_by_the_loop(store, ch)
+    async with lock.hold("k") as lease:
+        fence = lease.fence
+        published = ch.publish(1)  # sent now; answered while the loop is busy
+        bell = _aio._completers[loop].native.fileno()
+        deadline = time.monotonic() + 1.5
+        n = 0
+        while time.monotonic() < deadline:  # holds the GIL, never yields
+            n += 1
+        assert not reader.active, "the engine took the socket back from the busy loop"
+        assert select.select([bell], [], [], 0)[0], "the publish was answered meanwhile, by the engine"
+        assert not lease.lost, "and the lease renewed past its ttl"
+        await asyncio.wait_for(published, 1)
+        again = await _read_by_the_loop(store, ch)
+        assert again is not reader, "a new reader"
+    async with lock.hold("k") as later:
+        assert later.fence > fence
