@@ -12,6 +12,7 @@ mod errors;
 mod fence;
 mod lock;
 mod ready;
+mod settle;
 mod store;
 mod subscription;
 mod uvread;

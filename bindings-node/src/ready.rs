@@ -8,7 +8,6 @@ use std::panic::AssertUnwindSafe;
 use futures::FutureExt;
 use napi::Env;
 use napi::bindgen_prelude::{Either, PromiseRaw, ToNapiValue};
-use napi::JsValue;
 
 use crate::errors::internal;
 
@@ -44,16 +43,15 @@ where
     T: ToNapiValue + Send + 'static,
     F: Future<Output = napi::Result<T>> + Send + 'static,
 {
-    let (deferred, promise) = env.create_deferred::<T, _>()?;
+    let (settle, promise) = crate::settle::promise(env.raw())?;
     // Polled here first; completed on this thread when its answer is read
     // here (see uvread), else by an engine thread.
     tinystore::runtime::LoopTask::start(async move {
         // A panic rejects the promise instead of leaving it pending forever.
         match AssertUnwindSafe(fut).catch_unwind().await {
-            Ok(Ok(v)) => deferred.resolve(move |_| Ok(v)),
-            Ok(Err(e)) => deferred.reject(e),
-            Err(_) => deferred.reject(internal("the engine panicked while answering this call")),
+            Ok(r) => settle.done(r),
+            Err(_) => settle.done::<T>(Err(internal("the engine panicked while answering this call"))),
         }
     });
-    Ok(PromiseRaw::new(env.raw(), promise.raw()))
+    Ok(PromiseRaw::new(env.raw(), promise))
 }

@@ -128,7 +128,7 @@ extern "C" fn closed(handle: *mut c_void) {
 extern "C" fn on_readable(handle: *mut uv_poll_t, status: c_int, _events: c_int) {
     // SAFETY: `data` was set by `ensure` and lives until `closed`.
     let data = unsafe { &**handle.cast::<*mut Data>() };
-    let keep = status == 0 && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| data.reader.readable())).unwrap_or(false);
+    let keep = status == 0 && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::settle::in_scope(|| data.reader.readable()))).unwrap_or(false);
     if !keep {
         // Done with this socket: the engine reads it (or its successor)
         // until the next call from JavaScript watches again.

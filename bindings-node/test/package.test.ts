@@ -129,6 +129,29 @@ describe('the package', () => {
     }
   })
 
+  it('STORE-01 a connected program waiting for a held key stays alive until the key is granted (its socket is read on the event loop)', async () => {
+    const dir = tempDir()
+    const owner = await tinystore.open(dir)
+    try {
+      // The owner holds the key for 800 ms; the child's wait is all it has to do.
+      const held = owner.lock('jobs').hold(7, () => new Promise((r) => setTimeout(r, 800)))
+      const script = `
+        const { connect } = require(${JSON.stringify(require.resolve('tinystore'))})
+        let granted = false
+        process.on('exit', (code) => { if (code === 0 && !granted) process.exitCode = 4 })
+        ;(async () => {
+          const store = await connect(${JSON.stringify(`unix:${join(dir, 'tinystore.sock')}`)})
+          await store.lock('jobs').hold(7, () => { granted = true }, { wait: '5s' })
+          await store.close()
+        })().catch((e) => { console.error(e); process.exit(2) })
+      `
+      assert.equal(await runChild(script), 0, 'exit code 4: the program ended before its hold was granted')
+      await held
+    } finally {
+      await owner.close()
+    }
+  })
+
   it('CHAN-05 a live subscription keeps the program running until it is stopped or its store closed, as documented', async () => {
     const dir = tempDir()
     const script = `

@@ -1528,6 +1528,8 @@ impl RemoteLeaseHandle {
                 let mut r = Request::new(0, "release");
                 r.lease = Some(l.id);
                 r.fence = l.fence;
+                // Not waited for: no answer to read (a wake-up saved).
+                r.quiet = Some(true);
                 let _ = c.send_on(&conn, &mut r, false);
             }
         }

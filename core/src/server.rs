@@ -284,12 +284,14 @@ impl Server {
             out.sink.cork();
             match serde_json::from_slice::<Request>(frame) {
                 Ok(req) => {
-                    let id = req.id;
+                    let (id, quiet) = (req.id, req.quiet == Some(true));
                     if req.op != "publish" {
                         // The next op may wait: what was published goes out now.
                         forward_woken(&mut c.woken);
                     }
-                    if let Err(e) = c.handle(req).await {
+                    if let Err(e) = c.handle(req).await
+                        && !quiet
+                    {
                         answer_err(&out, id, &e);
                     }
                 }
@@ -531,7 +533,9 @@ impl Conn {
                     self.server.holds.lock().remove(&(l.session.clone(), l.hold));
                     l.raw.release()?;
                 }
-                answer_ok(&self.out, id, &());
+                if r.quiet != Some(true) {
+                    answer_ok(&self.out, id, &());
+                }
             }
             "ping" => answer_ok(&self.out, id, &()),
             "cancel" => {

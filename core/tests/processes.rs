@@ -392,3 +392,27 @@ fn store_01_lock_03_calls_to_a_frozen_owner_fail_with_timeout_then_work_again() 
     let lock = store.lock("l").open().unwrap();
     lock.hold("k", |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
 }
+
+/// A release the client does not wait for (`quiet`) takes effect and is not
+/// answered, not even with an error: the client has nothing to read (and
+/// no wake-up) for it.
+#[test]
+fn wire_01_lock_03_a_quiet_release_lets_go_and_is_not_answered() {
+    let d = common::dir();
+    let _server = Server::start(d.path());
+    let mut s = raw_conn(d.path());
+    send(&mut s, HELLO);
+    assert!(recv(&mut s).unwrap()["ok"]["epoch"].is_u64());
+    let acquire = r#"{"id":2,"op":"acquire","lock":"q","key":"k","hold":1,"ttl_ms":30000,"wait_ms":0}"#;
+    send(&mut s, acquire);
+    let lease = recv(&mut s).unwrap()["ok"]["lease"].as_u64().expect("the key was free");
+    send(&mut s, &format!(r#"{{"id":3,"op":"release","lease":{lease},"quiet":true}}"#));
+    send(&mut s, r#"{"id":4,"op":"release","lease":999999,"quiet":true}"#);
+    send(&mut s, r#"{"id":5,"op":"ping"}"#);
+    assert_eq!(recv(&mut s).unwrap()["id"], 5, "the quiet releases got no answer");
+    // It was let go: the key is free for another hold.
+    send(&mut s, &acquire.replace(r#""id":2"#, r#""id":6"#).replace(r#""hold":1"#, r#""hold":2"#));
+    let a = recv(&mut s).unwrap();
+    assert_eq!(a["id"], 6);
+    assert!(a["ok"]["lease"].is_u64(), "{a}");
+}
