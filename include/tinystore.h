@@ -255,7 +255,9 @@ int32_t ts_channel_check(const struct TsStore *s,
 /**
  * Publishes `data` (the JSON of a value) to the branch `keys` of
  * `channel`. Errors: `invalid` (name, key), `limit` (over 1 MiB), `closed`,
- * `cancelled`.
+ * `cancelled`. The caller calls [`ts_hub_try`](crate::hub::ts_hub_try)
+ * right after: what this call read for the caller's subscriptions is
+ * signalled there, not to [`ts_hub_wait`](crate::hub::ts_hub_wait).
  */
 int32_t ts_publish(const struct TsStore *s,
                    const uint8_t *channel,
@@ -320,6 +322,12 @@ void ts_sub_free(struct TsSub *sub);
  * Frees an error a call stored in `*err`. Null is fine.
  */
 void ts_error_free(struct TsError *err);
+
+/**
+ * Moves up to `max` tokens to `out` without waiting; returns how many.
+ * Called after a call made with [`deferring`] (publish).
+ */
+size_t ts_hub_try(uint64_t *out, size_t max);
 
 /**
  * Waits until tokens are on the completion queue, then moves up to `max` of

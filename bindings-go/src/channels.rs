@@ -25,7 +25,9 @@ pub unsafe extern "C" fn ts_channel_check(s: *const TsStore, name: *const u8, na
 
 /// Publishes `data` (the JSON of a value) to the branch `keys` of
 /// `channel`. Errors: `invalid` (name, key), `limit` (over 1 MiB), `closed`,
-/// `cancelled`.
+/// `cancelled`. The caller calls [`ts_hub_try`](crate::hub::ts_hub_try)
+/// right after: what this call read for the caller's subscriptions is
+/// signalled there, not to [`ts_hub_wait`](crate::hub::ts_hub_wait).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_publish(
     s: *const TsStore,
@@ -43,7 +45,8 @@ pub unsafe extern "C" fn ts_publish(
     call(err, || {
         let s = unsafe { &*s };
         let (channel, keys, data) = unsafe { publish_args(channel, channel_len, keys, nkeys, buf, buf_len, data, data_len) }?;
-        block_on(cancel, s.store.publish_raw(channel, &keys, data))
+        // The caller takes the tokens this pushes (ts_hub_try) on return.
+        crate::hub::deferring(|| block_on(cancel, s.store.publish_raw(channel, &keys, data)))
     })
 }
 

@@ -16,10 +16,52 @@ struct Hub {
 
 static HUB: Hub = Hub { ready: Mutex::new(Vec::new()), cv: Condvar::new() };
 
+thread_local! {
+    /// Set while this thread runs a call whose caller takes the queue itself
+    /// right after ([`deferring`]).
+    static DEFER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Pushes `token` on the completion queue.
 pub(crate) fn push(token: u64) {
     HUB.ready.lock().unwrap_or_else(|e| e.into_inner()).push(token);
-    HUB.cv.notify_one();
+    if !DEFER.get() {
+        HUB.cv.notify_one();
+    }
+}
+
+/// Runs `f` with the tokens this thread pushes left unsignalled: the caller
+/// takes them with [`ts_hub_try`] as soon as the call returns. A publish that
+/// reads its own message along with its answer (one subscriber in the same
+/// process) hands it to the subscription's goroutine from the publishing
+/// goroutine, without waking the thread that waits in [`ts_hub_wait`].
+pub(crate) fn deferring<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            DEFER.set(false);
+        }
+    }
+    DEFER.set(true);
+    let _reset = Reset;
+    f()
+}
+
+/// Moves up to `max` tokens to `out` without waiting; returns how many.
+/// Called after a call made with [`deferring`] (publish).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_hub_try(out: *mut u64, max: usize) -> usize {
+    quiet(0, || {
+        if out.is_null() || max == 0 {
+            return 0;
+        }
+        let mut ready = HUB.ready.lock().unwrap_or_else(|e| e.into_inner());
+        let n = ready.len().min(max);
+        let out = unsafe { std::slice::from_raw_parts_mut(out, n) };
+        out.copy_from_slice(&ready[..n]);
+        ready.drain(..n);
+        n
+    })
 }
 
 /// A waker that pushes its token on the completion queue.

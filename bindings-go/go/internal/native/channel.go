@@ -34,6 +34,7 @@ func (s *Store) Publish(ctx context.Context, channel string, keys []any, data []
 	cancel, free := cancelFor(ctx)
 	rc := C.ts_publish(s.p, cp, cn, vp, vn, bp, bn, dp, dn, cancel, &e)
 	free()
+	takeNow()
 	runtime.KeepAlive(s)
 	return result(ctx, rc, e)
 }

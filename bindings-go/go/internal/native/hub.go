@@ -33,15 +33,33 @@ func Register(f func()) uint64 {
 // Unregister forgets token t; a late push of it is ignored.
 func Unregister(t uint64) { hub.funcs.Delete(t) }
 
+// run runs the functions of the tokens in buf.
+func run(buf []C.uint64_t) {
+	for _, t := range buf {
+		if f, ok := hub.funcs.Load(uint64(t)); ok {
+			f.(func())()
+		}
+	}
+}
+
+// takeNow runs what a call made on this goroutine pushed without waking
+// the drain goroutine (ts_publish): its own subscriptions' messages.
+func takeNow() {
+	var buf [64]C.uint64_t
+	for {
+		n := int(C.ts_hub_try(&buf[0], C.size_t(len(buf))))
+		run(buf[:n])
+		if n < len(buf) {
+			return
+		}
+	}
+}
+
 func drain() {
 	buf := make([]C.uint64_t, 256)
 	for {
 		n := int(C.ts_hub_wait(&buf[0], C.size_t(len(buf)), -1))
-		for _, t := range buf[:n] {
-			if f, ok := hub.funcs.Load(uint64(t)); ok {
-				f.(func())()
-			}
-		}
+		run(buf[:n])
 		// The goroutines just woken (a subscription's reader) sit in this
 		// P's run queue; were this goroutine to block in C now, they would
 		// wait for another thread to be woken and take them (or for sysmon
