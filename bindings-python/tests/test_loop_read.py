@@ -50,21 +50,21 @@ async def test_store_01_a_connected_stores_answers_complete_on_the_loop_that_rea
     settled_by_the_read = 0  # futures settled inside the callback that read their answer
 
     real_start = _aio._LoopCompleter.start
-    real_readable = _aio.LoopWatch._readable
+    real_readable = _aio._on_readable
 
     def start(self: Any, loop: asyncio.AbstractEventLoop, pending: Any) -> "asyncio.Future[Any]":
         nonlocal started
         started += 1
         return real_start(self, loop, pending)
 
-    def readable(self: Any, r: Any, c: Any) -> None:
+    def readable(watch: Any, r: Any, c: Any) -> None:
         nonlocal settled_by_the_read
         waiting = len(c.futures)
-        real_readable(self, r, c)
+        real_readable(watch, r, c)
         settled_by_the_read += waiting - len(c.futures)
 
     monkeypatch.setattr(_aio._LoopCompleter, "start", start)
-    monkeypatch.setattr(_aio.LoopWatch, "_readable", readable)
+    monkeypatch.setattr(_aio, "_on_readable", readable)
 
     ch = store.channel("c")
     got: List[int] = []

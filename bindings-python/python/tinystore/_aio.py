@@ -79,7 +79,7 @@ class LoopWatch:
     loop takes over only once the first one no longer reads it.
     """
 
-    __slots__ = ("_native", "_loop", "_reader", "_fd", "_closed", "_unsupported")
+    __slots__ = ("_native", "_loop", "_reader", "_fd", "_closed", "_unsupported", "__weakref__")
 
     def __init__(self, native_store: Any) -> None:
         self._native = native_store
@@ -119,25 +119,14 @@ class LoopWatch:
         if not r.start():
             return
         try:
-            loop.add_reader(fd, self._readable, r, c)
+            # A weak reference: a store dropped unclosed is not kept alive
+            # by its loop (its reader then ends, and the loop stops watching).
+            loop.add_reader(fd, _on_readable, weakref.ref(self), r, c)
         except NotImplementedError:  # a loop that cannot watch a file descriptor
             r.stop()
             self._unsupported = loop
             return
         self._loop, self._reader, self._fd = loop, r, fd
-
-    def _readable(self, r: Any, c: "_LoopCompleter") -> None:
-        keep = r.readable()
-        # The calls it answered are queued on the completer: settle them now
-        # (their bell byte is read here too, so the loop is not woken again).
-        c._drain()
-        if not keep:
-            if self._reader is r:
-                self.detach()
-            else:
-                # Detached from another thread, which asked this loop to
-                # stop watching: do it now.
-                self._forget(asyncio.get_running_loop(), r.fileno(), r)
 
     def detach(self) -> None:
         """Stops watching: the engine reads the socket until the next call."""
@@ -162,6 +151,8 @@ class LoopWatch:
                 pass  # closed meanwhile
 
     def _forget(self, loop: asyncio.AbstractEventLoop, fd: int, r: Any) -> None:
+        """Stops ``loop`` (the running one) watching ``fd``, unless that is
+        the socket it watches for this store now."""
         if not (self._loop is loop and self._fd == fd):
             loop.remove_reader(fd)
 
@@ -169,6 +160,24 @@ class LoopWatch:
         """The store closes: stop watching, for good."""
         self._closed = True
         self.detach()
+
+
+def _on_readable(watch: "weakref.ref[LoopWatch]", r: Any, c: _LoopCompleter) -> None:
+    """The loop's callback for a watched socket: reads it, then settles the
+    calls it answered at once (their bell byte is read here too, so the loop
+    is not woken again for them)."""
+    keep = r.readable()
+    c._drain()
+    if not keep:
+        w = watch()
+        if w is not None and w._reader is r:
+            w.detach()
+        elif w is not None:
+            # Detached from another thread, which asked this loop to stop
+            # watching: do it now.
+            w._forget(asyncio.get_running_loop(), r.fileno(), r)
+        else:
+            asyncio.get_running_loop().remove_reader(r.fileno())
 
 
 _completers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopCompleter] = weakref.WeakKeyDictionary()
@@ -204,11 +213,14 @@ def _completer(loop: asyncio.AbstractEventLoop) -> _LoopCompleter:
     return c
 
 
-def watched(pending: Any, watch: Optional[LoopWatch]) -> asyncio.Future[Any]:
+def watched(
+    pending: Any, watch: Optional[LoopWatch], loop: "asyncio.AbstractEventLoop | None" = None
+) -> asyncio.Future[Any]:
     """:func:`wait` for a call of a store watched by ``watch`` (None: owned)."""
     if _forked_after_start:
         raise RuntimeError(_FORKED)
-    loop = asyncio.get_running_loop()
+    if loop is None:
+        loop = asyncio.get_running_loop()
     if watch is not None:
         watch.ensure(loop)
     return _completer(loop).start(loop, pending)

@@ -67,10 +67,7 @@ class Branch(Generic[T]):
         loop = _aio.running_loop("publish")
         r = self._native.publish(self._codec.encode(value))
         if type(r) is _aio.Pending:
-            w = self._watch
-            if w is not None:
-                w.ensure(loop)
-            return _aio.wait(r, loop)
+            return _aio.watched(r, self._watch, loop)
         done = loop.create_future()
         done.set_result(None)
         return done
