@@ -145,7 +145,9 @@ impl Side {
     }
 }
 
-/// Reads what the socket has into `buf` without blocking.
+/// Reads what the socket has into `buf` without blocking. The read was
+/// short (the socket is drained for now) when it returned less than the
+/// room it had ([`fill_short`] tells).
 fn fill(fd: &std::os::unix::net::UnixStream, buf: &mut Vec<u8>) -> std::io::Result<usize> {
     use std::os::fd::AsRawFd;
     if buf.capacity() - buf.len() < 16 * 1024 {
@@ -162,6 +164,17 @@ fn fill(fd: &std::os::unix::net::UnixStream, buf: &mut Vec<u8>) -> std::io::Resu
     Ok(n as usize)
 }
 
+
+/// [`fill`], and whether the read was short: the socket gave less than
+/// the room there was, so it has nothing more for now.
+fn fill_short(fd: &std::os::unix::net::UnixStream, buf: &mut Vec<u8>) -> std::io::Result<(usize, bool)> {
+    if buf.capacity() - buf.len() < 16 * 1024 {
+        buf.reserve(64 * 1024);
+    }
+    let room = buf.capacity() - buf.len();
+    let n = fill(fd, buf)?;
+    Ok((n, n < room))
+}
 
 impl SharedRead {
     fn new(fd: Arc<std::os::unix::net::UnixStream>, client: std::sync::Weak<Client>, conn: std::sync::Weak<Conn>) -> Arc<SharedRead> {
@@ -205,8 +218,11 @@ impl SharedRead {
                         return Poll::Pending;
                     }
                     Poll::Ready(Err(_)) => *ended = true,
-                    Poll::Ready(Ok(mut guard)) => match guard.try_io(|inner| fill(inner.get_ref(), buf)) {
-                        Ok(Ok(0)) => *ended = true,
+                    Poll::Ready(Ok(mut guard)) => match guard.try_io(|inner| fill_short(inner.get_ref(), buf)) {
+                        Ok(Ok((0, _))) => *ended = true,
+                        // Drained: the next look waits for the reactor's
+                        // next event instead of a read that finds nothing.
+                        Ok(Ok((_, true))) => guard.clear_ready(),
                         Ok(Ok(_)) => {}
                         Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
                         Ok(Err(_)) => *ended = true,
@@ -385,8 +401,16 @@ impl LoopReader {
                 if client.dispatch_all(&conn, &mut side) {
                     break;
                 }
-                match fill(&self.shared.fd, &mut side.buf) {
-                    Ok(0) => side.ended = true,
+                match fill_short(&self.shared.fd, &mut side.buf) {
+                    Ok((0, _)) => side.ended = true,
+                    Ok((_, true)) => {
+                        // Drained: the loop's poll says when more comes
+                        // (level-triggered), no read that finds nothing.
+                        if !side.ended {
+                            client.dispatch_all(&conn, &mut side);
+                        }
+                        break;
+                    }
                     Ok(_) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,

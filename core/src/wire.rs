@@ -441,6 +441,7 @@ impl tokio::io::AsyncRead for UnixReadHalf {
             // SAFETY: read(2) writes at most `dst.len()` bytes into `dst`
             // and says how many; only those are marked initialised.
             let dst = unsafe { buf.unfilled_mut() };
+            let room = dst.len();
             let r = guard.try_io(|inner| {
                 let n = unsafe { libc::read(inner.get_ref().as_raw_fd(), dst.as_mut_ptr().cast(), dst.len()) };
                 if n < 0 { Err(std::io::Error::last_os_error()) } else { Ok(n as usize) }
@@ -449,6 +450,12 @@ impl tokio::io::AsyncRead for UnixReadHalf {
                 Ok(Ok(n)) => {
                     unsafe { buf.assume_init(n) };
                     buf.advance(n);
+                    if n > 0 && n < room {
+                        // Drained (as tokio's own sockets judge a short
+                        // read): wait for the reactor's next event rather
+                        // than read again to find nothing.
+                        guard.clear_ready();
+                    }
                     return Poll::Ready(Ok(()));
                 }
                 Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
