@@ -14,6 +14,8 @@
 use pyo3::prelude::*;
 use tinystore::LoopReader;
 
+use crate::pending::{Completer, reading_for};
+
 /// The current connection's socket, for the running loop to read.
 #[pyclass(frozen, module = "tinystore._native")]
 pub struct NativeLoopReader {
@@ -40,10 +42,15 @@ impl NativeLoopReader {
 
     /// Reads what the socket has and dispatches it on this thread (GIL
     /// released); calls answered are completed here too, their outcomes
-    /// queued on their Completer. False once done with this socket: stop
-    /// watching it.
-    fn readable(&self, py: Python<'_>) -> bool {
-        py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.reader.readable())).unwrap_or(false))
+    /// queued on their Completer. `completer` (this loop's) is drained by
+    /// the caller right after, so its outcomes skip the wake-up byte.
+    /// False once done with this socket: stop watching it.
+    #[pyo3(signature = (completer=None))]
+    fn readable(&self, py: Python<'_>, completer: Option<&Bound<'_, Completer>>) -> bool {
+        let c = completer.map(|c| c.get());
+        py.detach(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reading_for(c, || self.reader.readable()))).unwrap_or(false)
+        })
     }
 
     /// Gives the socket back to the engine (idempotent).

@@ -115,11 +115,36 @@ impl Shared {
     fn push(&self, id: u64, o: Outcome) {
         self.running.lock().remove(&id);
         self.done.lock().push((id, o));
+        if DRAINS_NEXT.get() == std::ptr::from_ref(self) {
+            // Completed while this completer's loop reads its connection:
+            // that callback drains it next, no byte needed to wake it.
+            return;
+        }
         if !self.signalled.swap(true, Ordering::SeqCst) {
             // Non-blocking; a full socket already has a byte for the loop.
             let _ = (&self.bell).write(&[1]);
         }
     }
+}
+
+thread_local! {
+    /// The completer the running loop's reader callback drains right after
+    /// its read ([`reading_for`]).
+    static DRAINS_NEXT: std::cell::Cell<*const Shared> = const { std::cell::Cell::new(std::ptr::null()) };
+}
+
+/// Runs `read` (a loop reading its connection), noting that `completer`
+/// is drained right after, so calls it completes need no bell byte.
+pub fn reading_for<R>(completer: Option<&Completer>, read: impl FnOnce() -> R) -> R {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            DRAINS_NEXT.set(std::ptr::null());
+        }
+    }
+    DRAINS_NEXT.set(completer.map_or(std::ptr::null(), |c| Arc::as_ptr(&c.shared)));
+    let _reset = Reset;
+    read()
 }
 
 /// Runs pending calls for one event loop and gives their outcomes back to it.

@@ -166,7 +166,7 @@ def _on_readable(watch: "weakref.ref[LoopWatch]", r: Any, c: _LoopCompleter) -> 
     """The loop's callback for a watched socket: reads it, then settles the
     calls it answered at once (their bell byte is read here too, so the loop
     is not woken again for them)."""
-    keep = r.readable()
+    keep = r.readable(c.native)
     c._drain()
     if not keep:
         w = watch()
