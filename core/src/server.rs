@@ -287,7 +287,7 @@ impl Server {
                     let (id, quiet) = (req.id, req.quiet == Some(true));
                     if req.op != "publish" {
                         // The next op may wait: what was published goes out now.
-                        forward_woken(&mut c.woken);
+                        runtime::run_gathered(&mut c.woken);
                     }
                     if let Err(e) = c.handle(req).await
                         && !quiet
@@ -310,12 +310,12 @@ impl Server {
             if !reader.has_frame() {
                 // Deliveries first: a client that publishes and subscribes on
                 // this connection gets its answers and messages in one read.
-                forward_woken(&mut c.woken);
+                runtime::run_gathered(&mut c.woken);
                 out.sink.uncork();
             }
         }
         out.close();
-        forward_woken(&mut c.woken);
+        runtime::run_gathered(&mut c.woken);
         for (_, f) in c.subs.drain() {
             f.stop();
         }
@@ -362,7 +362,7 @@ struct Conn {
     tokens: Option<Arc<Tokens>>,
     subs: HashMap<u64, Arc<Forwarder>>,
     /// Subscriptions its publishes woke, forwarded before its answers leave.
-    woken: Vec<Arc<Forwarder>>,
+    woken: Vec<Arc<dyn runtime::Gathered>>,
 }
 
 impl Conn {
@@ -408,7 +408,7 @@ impl Conn {
                 let channel = need(r.channel, op, "channel")?;
                 let branch = r.branch.unwrap_or_default();
                 let data = need(r.data, op, "data")?;
-                publish_gathering(&mut self.woken, || store.publish_now(&channel, &branch, data.get().as_bytes().into()))?;
+                runtime::gathering(&mut self.woken, || store.publish_now(&channel, &branch, data.get().as_bytes().into()))?;
                 answer_ok(&self.out, id, &());
             }
             "subscribe" => {
@@ -607,30 +607,19 @@ fn holder_id(session: &str, holder: u64) -> u64 {
     h.finish() | 1
 }
 
-thread_local! {
-    /// Set while a connection's task publishes: the subscriptions its
-    /// messages wake are gathered here and forwarded by that task at the end
-    /// of what it read together, instead of each waking a task of its own.
-    static WOKEN: std::cell::RefCell<Option<Vec<Arc<Forwarder>>>> = const { std::cell::RefCell::new(None) };
-}
-
-const RUNNING: u8 = 1;
-const NOTIFIED: u8 = 2;
-
 /// Forwards a subscription's events to its connection while the connection
 /// has room. A publish over the wire forwards from the publisher's own task
-/// (see [`WOKEN`]): one socket write per subscriber for a batch of publishes,
-/// and no wake-up of another thread, much as Redis writes to its
-/// subscribers before it reads again. Woken from elsewhere (a publish in the
-/// owning process, a transaction's commit), its own task forwards.
+/// ([`runtime::gathering`]) at the end of what it read together: one socket
+/// write per subscriber for a batch of publishes, and no wake-up of another
+/// thread, much as Redis writes to its subscribers before it reads again.
+/// Woken from elsewhere (a publish in the owning process, a transaction's
+/// commit), its own task forwards.
 struct Forwarder {
     sub: Mutex<Option<RawSubscription>>,
     id: u64,
     out: Arc<Outbox>,
-    /// RUNNING while one thread forwards; NOTIFIED when woken meanwhile.
-    flags: std::sync::atomic::AtomicU8,
-    /// In a publisher's [`WOKEN`] list already.
-    gathered: AtomicBool,
+    turn: runtime::Turn,
+    listed: AtomicBool,
     stopped: AtomicBool,
     kick: Notify,
 }
@@ -651,8 +640,8 @@ impl Forwarder {
             sub: Mutex::new(Some(sub)),
             id,
             out,
-            flags: std::sync::atomic::AtomicU8::new(0),
-            gathered: AtomicBool::new(false),
+            turn: runtime::Turn::new(),
+            listed: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             kick: Notify::new(),
         });
@@ -670,26 +659,16 @@ impl Forwarder {
         f
     }
 
-    /// Forwards what is ready, from this thread; one thread at a time, and a
-    /// wake while another thread forwards makes that thread look again.
+    /// Forwards what is ready, from this thread.
     fn pump(self: &Arc<Self>) {
-        if self.flags.fetch_or(RUNNING | NOTIFIED, Ordering::AcqRel) & RUNNING != 0 {
-            return;
-        }
-        loop {
-            self.flags.fetch_and(!NOTIFIED, Ordering::AcqRel);
-            match self.drain() {
-                Drained::Waiting => {}
-                Drained::NoRoom => self.kick.notify_one(),
-                Drained::Ended => {
-                    self.stopped.store(true, Ordering::Release);
-                    self.kick.notify_one();
-                }
+        self.turn.run(|| match self.drain() {
+            Drained::Waiting => {}
+            Drained::NoRoom => self.kick.notify_one(),
+            Drained::Ended => {
+                self.stopped.store(true, Ordering::Release);
+                self.kick.notify_one();
             }
-            if self.flags.compare_exchange(RUNNING, 0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                return;
-            }
-        }
+        });
     }
 
     fn drain(self: &Arc<Self>) -> Drained {
@@ -739,38 +718,20 @@ impl Forwarder {
     }
 }
 
-impl std::task::Wake for Forwarder {
-    fn wake(self: Arc<Self>) {
-        let me = match WOKEN.with_borrow_mut(|w| match w {
-            Some(list) => {
-                if !self.gathered.swap(true, Ordering::AcqRel) {
-                    list.push(self.clone());
-                }
-                None
-            }
-            None => Some(self),
-        }) {
-            Some(me) => me,
-            None => return,
-        };
-        me.kick.notify_one();
+impl runtime::Gathered for Forwarder {
+    fn listed(&self) -> &AtomicBool {
+        &self.listed
+    }
+    fn run_gathered(self: Arc<Self>) {
+        self.pump();
     }
 }
 
-/// Publishes from a connection's task, gathering the subscriptions it wakes
-/// into `woken` for [`forward_woken`].
-fn publish_gathering(woken: &mut Vec<Arc<Forwarder>>, publish: impl FnOnce() -> Result<()>) -> Result<()> {
-    WOKEN.with_borrow_mut(|w| *w = Some(std::mem::take(woken)));
-    let r = publish();
-    *woken = WOKEN.with_borrow_mut(|w| w.take()).unwrap_or_default();
-    r
-}
-
-/// Forwards, from this thread, what the publishes gathered in `woken` woke.
-fn forward_woken(woken: &mut Vec<Arc<Forwarder>>) {
-    for f in woken.drain(..) {
-        f.gathered.store(false, Ordering::Release);
-        f.pump();
+impl std::task::Wake for Forwarder {
+    fn wake(self: Arc<Self>) {
+        if runtime::gather(self.clone()).is_some() {
+            self.kick.notify_one();
+        }
     }
 }
 
