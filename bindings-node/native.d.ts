@@ -66,6 +66,12 @@ export declare class NativeStore {
   static connect(address: string): Promise<NativeStore>
   /** Ends subscriptions and lets held keys go. Idempotent. */
   close(): void
+  /**
+   * Closes once the publishes already sent have their answers (over a
+   * connection, up to 2 s), so they resolve as delivered rather than
+   * `closed`. Nothing when owned, else a promise. Idempotent.
+   */
+  closeSettled(): void | Promise<void>
   /** True once closed. */
   get closed(): boolean
   /** The store directory. */

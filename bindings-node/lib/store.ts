@@ -260,10 +260,14 @@ export class Store {
 
   /**
    * Closes the store: subscriptions end, held keys are let go (their holders'
-   * signals fire), waiters get a {@link ClosedError}. Idempotent.
+   * signals fire), waiters get a {@link ClosedError}. Over a connection,
+   * publishes already sent get their answers first (up to 2 s; past that
+   * they reject with {@link ClosedError}). Idempotent.
    */
   async close(): Promise<void> {
-    this.#native.close()
+    // Publishes already sent get their answers first (connected, up to 2 s),
+    // so they resolve as delivered rather than as ClosedError.
+    await this.#native.closeSettled()
   }
 
   /** True once closed. */

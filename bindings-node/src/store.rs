@@ -51,6 +51,21 @@ impl NativeStore {
         self.store.close();
     }
 
+    /// Closes once the publishes already sent have their answers (over a
+    /// connection, up to 2 s), so they resolve as delivered rather than
+    /// `closed`. Nothing when owned, else a promise. Idempotent.
+    #[napi(ts_return_type = "void | Promise<void>")]
+    pub fn close_settled<'env>(&self, env: &'env Env) -> napi::Result<Either<(), PromiseRaw<'env, ()>>> {
+        if let Some(uv) = &self.uv {
+            uv.stop();
+        }
+        let store = self.store.clone();
+        now_or_promise(env, async move {
+            store.close_settled().await;
+            Ok(())
+        })
+    }
+
     /// True once closed.
     #[napi(getter)]
     pub fn closed(&self) -> bool {

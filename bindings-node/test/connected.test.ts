@@ -125,3 +125,30 @@ describe('connected through a proxy', () => {
     await assert.rejects(held, LostError)
   })
 })
+
+describe('connected, read on the event loop', () => {
+  it('STORE-01 publishes made just before close() resolve as delivered', async () => {
+    const dir = tempDir()
+    const owner = await open(dir)
+    try {
+      const got: number[] = []
+      const sub = await owner.channel<Ev>('bye').under(1).subscribe((m) => void got.push(m.value.n))
+      const client = await connect(`unix:${join(dir, 'tinystore.sock')}`)
+      const branch = client.channel<Ev>('bye').under(1)
+      await branch.publish({ n: -1 }) // the loop now reads the socket
+      const pubs = Array.from({ length: 100 }, (_, n) => branch.publish({ n }))
+      await client.close() // before the loop has read a single answer
+      const settled = await Promise.allSettled(pubs)
+      assert.deepEqual(
+        settled.filter((s) => s.status === 'rejected').map((s) => String((s as PromiseRejectedResult).reason)),
+        [],
+        'every publish sent before close() resolves',
+      )
+      await until(() => got.length === 101)
+      assert.deepEqual(got, [-1, ...Array.from({ length: 100 }, (_, n) => n)])
+      await sub.stop()
+    } finally {
+      await owner.close()
+    }
+  })
+})

@@ -8,7 +8,7 @@ use tinystore::channels::{Event, RawSubscription, Scope};
 use tinystore::{Key, Store};
 
 use crate::convert;
-use crate::pending::{Convert, run_future, value};
+use crate::pending::{Convert, none, run_future, value};
 
 struct Branch {
     store: Store,
@@ -60,7 +60,7 @@ impl NativeBranch {
     fn publish(&self, py: Python<'_>, data: &[u8]) -> PyResult<Py<PyAny>> {
         let b = self.inner.clone();
         let data: Box<[u8]> = data.into();
-        run_future(py, async move { b.store.publish_raw(&b.channel, &b.keys, data).await.map(|()| value(())) })
+        run_future(py, async move { b.store.publish_raw(&b.channel, &b.keys, data).await.map(|()| none()) })
     }
 
     /// Subscribes (this branch, or with `recursive` every branch below it

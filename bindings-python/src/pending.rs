@@ -46,6 +46,11 @@ enum Work {
     Blocking(Box<dyn FnOnce() -> Outcome + Send>),
 }
 
+/// `None`, for calls that give nothing (pyo3 makes `()` an empty tuple).
+pub fn none() -> Convert {
+    Box::new(|py| Ok(py.None()))
+}
+
 /// A value to hand to Python as it is.
 pub fn value<T>(v: T) -> Convert
 where

@@ -9,7 +9,7 @@ use tinystore::sql::{Rows, SqlValue, Statement};
 use tinystore::{Database, Error, ErrorKind, Tx, runtime};
 
 use crate::channels::NativeBranch;
-use crate::pending::{Convert, Outcome, run_blocking, run_future, value};
+use crate::pending::{Convert, Outcome, none, run_blocking, run_future, value};
 use crate::convert;
 
 fn statement(sql: String, params: &Bound<'_, PyTuple>) -> PyResult<Statement> {
@@ -119,7 +119,7 @@ impl NativeTx {
         let tx = self.tx.clone();
         run_blocking(py, move || {
             let t = tx.lock().take();
-            t.map_or_else(|| Err(ended()), f).map(|()| value(()))
+            t.map_or_else(|| Err(ended()), f).map(|()| none())
         })
     }
 }
@@ -141,7 +141,7 @@ impl NativeTx {
     /// Holds JSON bytes for `branch` until the commit.
     fn publish(&self, py: Python<'_>, branch: &NativeBranch, data: &[u8]) -> PyResult<Py<PyAny>> {
         let (channel, keys, data) = (branch.channel().to_owned(), branch.keys().to_vec(), Box::<[u8]>::from(data));
-        self.with(py, move |tx| tx.publish_raw(&channel, &keys, data).map(|()| value(())))
+        self.with(py, move |tx| tx.publish_raw(&channel, &keys, data).map(|()| none()))
     }
 
     fn commit(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {

@@ -11,7 +11,7 @@ use tinystore::{Key, Store};
 use crate::channels::NativeBranch;
 use crate::locks::NativeLock;
 use crate::loopread::NativeLoopReader;
-use crate::pending::{run_blocking, value};
+use crate::pending::{none, run_blocking, run_future, value};
 use crate::sql::NativeDatabase;
 use crate::{convert, error};
 
@@ -39,6 +39,16 @@ impl NativeStore {
     fn close(&self, py: Python<'_>) {
         let store = self.store.clone();
         py.detach(move || store.close());
+    }
+
+    /// Closes the store once the publishes already sent have their answers
+    /// (connected; up to 2 s): `None`, or a `Pending` of it.
+    fn close_settled(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let store = self.store.clone();
+        run_future(py, async move {
+            store.close_settled().await;
+            Ok(none())
+        })
     }
 
     #[getter]

@@ -117,3 +117,27 @@ async def test_store_01_a_loop_blocked_by_cpu_work_still_gets_its_connected_call
         assert again is not reader, "a new reader"
     async with lock.hold("k") as later:
         assert later.fence > fence
+
+
+async def test_store_01_publishes_made_just_before_close_resolve_as_delivered(
+    connected: Tuple[tinystore.Store, tinystore.Store],
+) -> None:
+    owner, store = connected
+    got: List[int] = []
+    sub = await owner.channel("bye").under(1).subscribe(lambda m: got.append(m.value))
+    ch = store.channel("bye").under(1)
+    await _read_by_the_loop(store, store.channel("bye").under(2))
+    pubs = [ch.publish(n) for n in range(100)]
+    await store.close()  # before the loop has read a single answer
+    results = await asyncio.gather(*pubs, return_exceptions=True)
+    assert [r for r in results if r is not None] == [], "every publish sent before close() resolves, to None"
+    await until(lambda: len(got) == 100)
+    assert got == list(range(100))
+    await sub.stop()
+
+
+async def test_chan_01_a_connected_publish_resolves_to_none(connected: Tuple[tinystore.Store, tinystore.Store]) -> None:
+    _, store = connected
+    ch = store.channel("none")
+    results = [await ch.publish(n) for n in range(20)]
+    assert results == [None] * 20

@@ -69,6 +69,11 @@ struct Conn {
 }
 
 impl Conn {
+    /// True while a language's event loop reads this connection.
+    fn looped(&self) -> bool {
+        self.shared.as_ref().is_some_and(|s| s.slot.lock().looped)
+    }
+
     /// What a thread blocked on this connection may read meanwhile.
     fn lead(&self) -> Option<Arc<dyn runtime::Lead>> {
         self.shared.clone().map(|s| s as Arc<dyn runtime::Lead>)
@@ -377,6 +382,11 @@ impl LoopReader {
         side.afd = None;
         slot.looped = true;
         slot.serviced = Instant::now();
+        drop(slot);
+        // Publishes held back for the engine's reader leave now.
+        if let Some(conn) = self.shared.conn.upgrade() {
+            conn.sink.uncork();
+        }
         true
     }
 
@@ -917,7 +927,9 @@ impl Client {
         r.data = Some(&raw);
         let conn = self.current()?;
         let (tx, rx) = oneshot::channel();
-        let later = conn.publishing.fetch_add(1, Ordering::AcqRel) >= COALESCE_AFTER;
+        // Held back only where an engine thread reads the answers that let
+        // it go: a language's busy event loop would hold it for as long.
+        let later = conn.publishing.fetch_add(1, Ordering::AcqRel) >= COALESCE_AFTER && !conn.looped();
         if let Err(e) = self.send_with(&conn, &mut r, Some(Answer::Publish(tx)), later) {
             conn.publishing.fetch_sub(1, Ordering::AcqRel);
             return Err(e);
@@ -1040,6 +1052,29 @@ impl Client {
 
     pub(crate) fn shutdown_owner(&self) -> Result<()> {
         runtime::block_on(self.call(Request::new(0, "shutdown"))).map(|_| ())
+    }
+
+    /// Waits (up to `limit`) until every publish sent has its answer, with
+    /// the socket read by the engine meanwhile: publishes a program made
+    /// just before closing settle as what they are (delivered), not as
+    /// `closed`.
+    pub(crate) async fn settle_publishes(&self, limit: Duration) {
+        let Ok(conn) = self.current() else { return };
+        if let Some(shared) = &conn.shared {
+            let mut slot = shared.slot.lock();
+            if slot.looped {
+                let task = shared.unloop(&mut slot);
+                drop(slot);
+                if let Some(w) = task {
+                    w.wake();
+                }
+            }
+        }
+        conn.sink.uncork();
+        let end = tokio::time::Instant::now() + limit;
+        while conn.publishing.load(Ordering::Acquire) > 0 && conn.alive.load(Ordering::Acquire) && tokio::time::Instant::now() < end {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
 
     pub(crate) fn close(&self) {

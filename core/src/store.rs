@@ -357,6 +357,17 @@ impl Store {
         self.inner.close();
     }
 
+    /// Closes, first letting the publishes already sent over a connection
+    /// get their answers (up to 2 s; an owner that does not answer by then
+    /// leaves them `closed`), so a program that publishes and then closes
+    /// sees its publishes resolve. The bindings' `close` is this.
+    pub async fn close_settled(&self) {
+        if let Backend::Connected(c) = &self.inner.backend {
+            c.settle_publishes(Duration::from_secs(2)).await;
+        }
+        self.close();
+    }
+
     /// A channel of messages of type `T`, carried as JSON.
     pub fn channel<T>(&self, name: &str) -> ChannelBuilder<T> {
         ChannelBuilder::new(self.clone(), name)

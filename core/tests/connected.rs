@@ -665,3 +665,69 @@ fn store_01_a_busy_event_loop_loses_its_connection_to_the_engine() {
     start(&again);
     again.stop();
 }
+
+/// Publishes called while a language's event loop reads the connection
+/// leave at the call, even when that loop then stays busy: none waits in
+/// the client for the loop's next read.
+#[test]
+fn store_01_chan_01_publishes_leave_at_the_call_while_the_loop_is_busy() {
+    let (owner, client, _d) = owner_and_client();
+    let sub = runtime::block_on(owner.subscribe_raw("busy", &[Key::from(1)], Scope::Branch, None)).unwrap();
+    let reader = client.loop_reader().unwrap();
+    start(&reader);
+    let t = Instant::now();
+    let tasks: Vec<_> = (0..20)
+        .map(|i| {
+            let c = client.clone();
+            runtime::LoopTask::start(async move {
+                c.publish_raw("busy", &[Key::from(1)], format!("{i}").into_bytes().into_boxed_slice()).await.unwrap();
+            })
+        })
+        .collect();
+    // The loop never reads (it is busy): the owner has them all anyway,
+    // well before the engine would take the socket back (100 ms or more).
+    let mut got = 0;
+    while got < 20 && t.elapsed() < Duration::from_millis(80) {
+        match sub.try_next() {
+            Some(Event::Message(_)) => got += 1,
+            Some(other) => panic!("{other:?}"),
+            None => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+    assert_eq!(got, 20, "the owner had {got} of 20 publishes after {:?}", t.elapsed());
+    drop(tasks);
+}
+
+/// A program that publishes and then closes sees its publishes resolve as
+/// delivered (`close_settled`), not as `closed`, also while its loop held
+/// the socket and had not read the answers.
+#[test]
+fn store_01_publishes_sent_before_close_settle_as_delivered() {
+    let (owner, client, _d) = owner_and_client();
+    let sub = runtime::block_on(owner.subscribe_raw("bye", &[], Scope::Branch, None)).unwrap();
+    let reader = client.loop_reader().unwrap();
+    start(&reader);
+    let ok = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let (c, ok) = (client.clone(), ok.clone());
+            runtime::LoopTask::start(async move {
+                if c.publish_raw("bye", &[], format!("{i}").into_bytes().into_boxed_slice()).await.is_ok() {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    runtime::block_on(client.close_settled());
+    let end = Instant::now() + Duration::from_secs(2);
+    while !tasks.iter().all(|t| t.is_done()) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(ok.load(Ordering::Relaxed), 50, "every publish the owner got resolved as delivered");
+    let mut got = 0;
+    while let Some(Event::Message(_)) = sub.try_next() {
+        got += 1;
+    }
+    assert_eq!(got, 50);
+    assert!(client.is_closed());
+}

@@ -141,11 +141,14 @@ class Store:
 
     async def close(self) -> None:
         """Closes the store: subscriptions end, held keys are let go (their
-        holders see their leases lost), waiters get ``ClosedError``.
-        Idempotent."""
+        holders see their leases lost), waiters get ``ClosedError``. Over a
+        connection, publishes already sent get their answers first (up to
+        2 s; past that they raise ``ClosedError``). Idempotent."""
         if self._watch is not None:
             self._watch.close()
-        self._native.close()
+        # Publishes already sent get their answers first (connected, up to
+        # 2 s), so they resolve as delivered rather than as ClosedError.
+        await _aio.result(self._native.close_settled())
 
     async def __aenter__(self) -> "Store":
         return self
