@@ -8,7 +8,7 @@
 //! only watches its file descriptor with a `uv_poll_t` (libuv's symbols are
 //! the Node executable's own). The handle is unreferenced, so it never keeps
 //! a program alive. When the JavaScript thread is busy for 100 ms with data
-//! waiting, the engine reads again; the next call from JavaScript watches
+//! waiting, the engine reads again (within 350 ms: it looks every 250 ms); the next call from JavaScript watches
 //! the socket again (and the new one after a reconnect).
 
 use std::ffi::{c_int, c_void};

@@ -8,7 +8,7 @@
 //! The engine's [`LoopReader`] does the reading and dispatching; the Python
 //! layer (`tinystore/_aio.py`, `LoopWatch`) watches its file descriptor.
 //! When the loop leaves data unread for 100 ms (its program is busy), the
-//! engine reads again and `readable()` returns false; the next call watches
+//! engine reads again (within 350 ms: it looks every 250 ms) and `readable()` returns false; the next call watches
 //! again (the new socket after a reconnect).
 
 use pyo3::prelude::*;

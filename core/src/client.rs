@@ -305,7 +305,8 @@ impl runtime::Lead for SharedRead {
 
 /// How long an event loop may leave its connection unread, with data
 /// waiting, before the engine reads it again (a loop blocked by its
-/// program): answers and renewals never wait on a busy loop for longer.
+/// program), checked every 250 ms: answers and renewals wait on a busy
+/// loop for 350 ms at most.
 const LOOP_STALL: Duration = Duration::from_millis(100);
 
 impl SharedRead {
@@ -353,8 +354,8 @@ impl SharedRead {
 /// and calls [`readable`](Self::readable) when it is; once that returns
 /// false, it stops watching and asks the store for a new reader later. A
 /// loop that leaves the socket unread for 100 ms while data waits (its
-/// program is busy) loses it to the engine, so answers, renewals and
-/// messages never wait on it longer.
+/// program is busy) loses it to the engine within 350 ms (the check runs
+/// every 250 ms), so answers, renewals and messages never wait on it longer.
 pub struct LoopReader {
     shared: Arc<SharedRead>,
 }

@@ -74,7 +74,7 @@ class LoopWatch:
     what came (in native code, the GIL released), then settles the calls it
     answered right away. When the reader is done (the connection ended, or
     the engine took the socket back because the loop left it unread for
-    100 ms), the loop stops watching; the next call watches again, the new
+    100 ms, seen within 350 ms), the loop stops watching; the next call watches again, the new
     socket after a reconnect. One loop watches a store at a time: another
     loop takes over only once the first one no longer reads it.
     """
