@@ -1036,14 +1036,23 @@ impl Client {
 
     /// Makes sure the store has the lock of this kind: `conflict` for a
     /// semaphore opened with another limit (LOCK-08), checked at the handle.
+    /// Declares a lock to the owner; made while the client reconnects, it
+    /// waits for the connection (up to the request timeout) as a hold would,
+    /// rather than failing a handle's first hold at once.
     pub(crate) async fn declare_async(&self, lock: &str, kind: Kind) -> Result<()> {
-        let mut r = Request::new(0, "declare");
-        r.lock = Some(lock.to_owned());
-        r.limit = Some(match kind {
-            Kind::Lock => 0,
-            Kind::Semaphore { limit } => limit,
-        });
-        self.call(r).await.map(|_| ())
+        let until = Instant::now() + self.request_timeout();
+        loop {
+            let mut r = Request::new(0, "declare");
+            r.lock = Some(lock.to_owned());
+            r.limit = Some(match kind {
+                Kind::Lock => 0,
+                Kind::Semaphore { limit } => limit,
+            });
+            match self.call(r).await {
+                Err(e) if is_disconnected(&e) && self.reconnected(until).await => continue,
+                r => return r.map(|_| ()),
+            }
+        }
     }
 
     pub(crate) fn status(&self) -> Result<serde_json::Value> {

@@ -731,3 +731,15 @@ fn store_01_publishes_sent_before_close_settle_as_delivered() {
     assert_eq!(got, 50);
     assert!(client.is_closed());
 }
+
+/// A lock handle made while the client reconnects waits for the connection
+/// (as a hold does) instead of failing its first hold at once.
+#[test]
+fn lock_03_a_lock_handle_made_during_a_reconnect_waits_for_it() {
+    let (_owner, client, p, _d) = through_proxy();
+    client.lock_raw("before", Kind::Lock).unwrap();
+    p.cut();
+    let lock = client.lock_raw("during", Kind::Lock).expect("made once reconnected");
+    let held = runtime::block_on(lock.acquire("k".into(), Holder::unique(), Terms { ttl: Some(Duration::from_secs(5)), max_hold: None }, Duration::from_secs(5)));
+    assert!(held.is_ok(), "{held:?}");
+}
