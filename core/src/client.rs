@@ -998,10 +998,7 @@ impl Client {
         loop {
             let mut r = Request::new(0, "acquire");
             r.lock = Some(lock.to_owned());
-            r.limit = Some(match kind {
-                Kind::Lock => 0,
-                Kind::Semaphore { limit } => limit,
-            });
+            r.limit = Some(kind.wire_limit());
             r.key = Some(key.clone());
             r.hold = Some(hold);
             r.holder = Some(holder.0);
@@ -1044,10 +1041,7 @@ impl Client {
         loop {
             let mut r = Request::new(0, "declare");
             r.lock = Some(lock.to_owned());
-            r.limit = Some(match kind {
-                Kind::Lock => 0,
-                Kind::Semaphore { limit } => limit,
-            });
+            r.limit = Some(kind.wire_limit());
             match self.call(r).await {
                 Err(e) if is_disconnected(&e) && self.reconnected(until).await => continue,
                 r => return r.map(|_| ()),

@@ -450,10 +450,7 @@ impl Conn {
                     0 => Duration::ZERO,
                     ms => check_positive("wait", Duration::from_millis(ms))?,
                 };
-                let kind = match r.limit.unwrap_or(0) {
-                    0 => Kind::Lock,
-                    n => Kind::Semaphore { limit: n },
-                };
+                let kind = Kind::from_wire(r.limit);
                 check_name(if kind == Kind::Lock { "lock" } else { "semaphore" }, &lock)?;
                 let table = store.lock_table(&lock, kind)?;
                 let session = self.session.clone().expect("hello was said");
@@ -560,10 +557,7 @@ impl Conn {
                 // A handle is made: a semaphore's limit is the semaphore's (LOCK-08).
                 self.need_role(Role::Read, "open locks")?;
                 let lock = need(r.lock, op, "lock")?;
-                let kind = match r.limit.unwrap_or(0) {
-                    0 => Kind::Lock,
-                    n => Kind::Semaphore { limit: n },
-                };
+                let kind = Kind::from_wire(r.limit);
                 check_name(if kind == Kind::Lock { "lock" } else { "semaphore" }, &lock)?;
                 store.lock_table(&lock, kind)?;
                 answer_ok(&self.out, id, &());

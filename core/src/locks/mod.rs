@@ -57,6 +57,22 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The wire's `limit`: 0 for a lock, else a semaphore's limit.
+    pub(crate) fn wire_limit(self) -> u32 {
+        match self {
+            Kind::Lock => 0,
+            Kind::Semaphore { limit } => limit,
+        }
+    }
+
+    /// The kind a wire `limit` names (absent or 0: a lock).
+    pub(crate) fn from_wire(limit: Option<u32>) -> Kind {
+        match limit.unwrap_or(0) {
+            0 => Kind::Lock,
+            limit => Kind::Semaphore { limit },
+        }
+    }
+
     fn limit(self) -> usize {
         match self {
             Kind::Lock => 1,
