@@ -558,8 +558,10 @@ int32_t ts_store_serve(const struct TsStore *s,
 
 /**
  * Closes the store: subscriptions end, held keys go (their holders see
- * their leases lost), waiters get `closed`. Idempotent; the handle stays
- * valid until [`ts_store_free`].
+ * their leases lost), waiters get `closed`. Over a connection, publishes
+ * already sent get their answers first (up to 2 s); calls made meanwhile
+ * fail with `closed`. Idempotent; the handle stays valid until
+ * [`ts_store_free`].
  */
 void ts_store_close(const struct TsStore *s);
 

@@ -97,6 +97,9 @@ func (s *Store) Serve(ctx context.Context, address string) error {
 // Close closes the store: subscriptions end, held keys are let go (their
 // holders' contexts are cancelled and their Hold returns [ErrLost]),
 // waiters get [ErrClosed], and the directory is free for another owner.
+// Over a connection, publishes already sent get their answers first (up
+// to 2 s; one still unanswered then returns [ErrClosed]); calls made
+// meanwhile return [ErrClosed] at once.
 // Every later call on the store or anything opened from it fails with
 // [ErrClosed]. Idempotent; it always returns nil.
 func (s *Store) Close() error {

@@ -52,13 +52,15 @@ pub unsafe extern "C" fn ts_store_serve(s: *const TsStore, address: *const u8, a
 }
 
 /// Closes the store: subscriptions end, held keys go (their holders see
-/// their leases lost), waiters get `closed`. Idempotent; the handle stays
-/// valid until [`ts_store_free`].
+/// their leases lost), waiters get `closed`. Over a connection, publishes
+/// already sent get their answers first (up to 2 s); calls made meanwhile
+/// fail with `closed`. Idempotent; the handle stays valid until
+/// [`ts_store_free`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_close(s: *const TsStore) {
     quiet((), || {
         if let Some(s) = unsafe { s.as_ref() } {
-            s.store.close();
+            tinystore::runtime::block_on(s.store.close_settled());
         }
     })
 }

@@ -493,6 +493,8 @@ pub(crate) struct Client {
     leases: Mutex<HashMap<u64, Arc<RemoteLease>>>,
     hello: Mutex<Option<HelloOk>>,
     closed: AtomicBool,
+    /// Closing: publishes sent get their answers, no new call starts.
+    closing: AtomicBool,
     /// Holds waiting in line now: while any, the connection pings.
     waiting: AtomicU64,
     /// [`crate::limits::REQUEST_TIMEOUT`] unless set, in milliseconds.
@@ -525,6 +527,7 @@ impl Client {
             leases: Mutex::new(HashMap::new()),
             hello: Mutex::new(None),
             closed: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             waiting: AtomicU64::new(0),
             request_timeout_ms: AtomicU64::new(crate::limits::REQUEST_TIMEOUT.as_millis() as u64),
             owned: Mutex::new(None),
@@ -842,7 +845,7 @@ impl Client {
     }
 
     fn current(&self) -> Result<Arc<Conn>> {
-        if self.closed.load(Ordering::Acquire) {
+        if self.closed.load(Ordering::Acquire) || self.closing.load(Ordering::Acquire) {
             return Err(Error::closed());
         }
         self.conn.lock().clone().filter(|c| c.alive.load(Ordering::Acquire)).ok_or_else(disconnected)
@@ -901,7 +904,8 @@ impl Client {
             if awaited {
                 conn.pending.lock().remove(&r.id);
             }
-            return Err(disconnected());
+            // Closed by the program, not lost to a reconnect.
+            return Err(if self.closed.load(Ordering::Acquire) { Error::closed() } else { disconnected() });
         }
         Ok(())
     }
@@ -1064,6 +1068,8 @@ impl Client {
     /// `closed`.
     pub(crate) async fn settle_publishes(&self, limit: Duration) {
         let Ok(conn) = self.current() else { return };
+        // No new call starts from here (they fail with `closed`).
+        self.closing.store(true, Ordering::Release);
         if let Some(shared) = &conn.shared {
             let mut slot = shared.slot.lock();
             if slot.looped {
@@ -1091,7 +1097,10 @@ impl Client {
             c.sink.close();
             let pending: Vec<_> = c.pending.lock().drain().collect();
             for (_, (a, _)) in pending {
-                a.give(Err(Error::closed()));
+                a.give(Err(Error::new(
+                    ErrorKind::Closed,
+                    "the store was closed before the owner answered this call: it may have taken effect (a publish may have been delivered); open it again to go on",
+                )));
             }
         }
         self.connected.notify_waiters();

@@ -102,6 +102,8 @@ pub struct Store {
 struct Inner {
     dir: PathBuf,
     closed: AtomicBool,
+    /// Set by [`Store::close_settled`] while it waits: no new call starts.
+    closing: AtomicBool,
     backend: Backend,
 }
 
@@ -213,14 +215,16 @@ impl Store {
             }
         });
         *owned.sweeper.lock() = Some(sweeper.abort_handle());
-        let store = Store { inner: Arc::new(Inner { dir: dir.clone(), closed: AtomicBool::new(false), backend: Backend::Owned(owned) }) };
+        let store = Store { inner: Arc::new(Inner { dir: dir.clone(), closed: AtomicBool::new(false),
+            closing: AtomicBool::new(false), backend: Backend::Owned(owned) }) };
         store.serve_with(&Address::Unix(socket_path(&dir)), None)?;
         Ok(store)
     }
 
     fn connected(client: Arc<Client>) -> Store {
         let dir = client.hello().map(|h| PathBuf::from(h.dir)).unwrap_or_default();
-        Store { inner: Arc::new(Inner { dir, closed: AtomicBool::new(false), backend: Backend::Connected(client) }) }
+        Store { inner: Arc::new(Inner { dir, closed: AtomicBool::new(false),
+            closing: AtomicBool::new(false), backend: Backend::Connected(client) }) }
     }
 
     /// Connects to a store owned by another process, at `address`:
@@ -347,7 +351,7 @@ impl Store {
 
     /// True once closed.
     pub fn is_closed(&self) -> bool {
-        self.inner.closed.load(Ordering::Acquire)
+        self.inner.closed.load(Ordering::Acquire) || self.inner.closing.load(Ordering::Acquire)
     }
 
     /// Closes the store: subscriptions end, held keys are let go (their
@@ -361,7 +365,12 @@ impl Store {
     /// get their answers (up to 2 s; an owner that does not answer by then
     /// leaves them `closed`), so a program that publishes and then closes
     /// sees its publishes resolve. The bindings' `close` is this.
+    ///
+    /// From the call on, the store counts as closed: new calls fail with
+    /// `closed` at once and send nothing. A publish still unanswered at the
+    /// end fails with `closed` saying it may have been delivered.
     pub async fn close_settled(&self) {
+        self.inner.closing.store(true, Ordering::Release);
         if let Backend::Connected(c) = &self.inner.backend {
             c.settle_publishes(Duration::from_secs(2)).await;
         }

@@ -743,3 +743,42 @@ fn lock_03_a_lock_handle_made_during_a_reconnect_waits_for_it() {
     let held = runtime::block_on(lock.acquire("k".into(), Holder::unique(), Terms { ttl: Some(Duration::from_secs(5)), max_hold: None }, Duration::from_secs(5)));
     assert!(held.is_ok(), "{held:?}");
 }
+
+/// Closing against an owner that does not answer: the store counts as
+/// closed from the call (a new call fails at once and sends nothing), the
+/// close ends after its 2 s, and a publish left unanswered says it may have
+/// been delivered rather than plainly `closed`.
+#[test]
+fn store_01_closing_refuses_new_calls_and_says_unanswered_publishes_may_have_landed() {
+    let (_owner, client, p, _d) = through_proxy();
+    runtime::block_on(client.publish_raw("c", &[], b"0".to_vec().into_boxed_slice())).unwrap();
+    p.stall();
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let tasks: Vec<_> = (0..5)
+        .map(|_| {
+            let (c, errors) = (client.clone(), errors.clone());
+            runtime::LoopTask::start(async move {
+                if let Err(e) = c.publish_raw("c", &[], b"1".to_vec().into_boxed_slice()).await {
+                    errors.lock().unwrap().push(e);
+                }
+            })
+        })
+        .collect();
+    let c = client.clone();
+    let t = Instant::now();
+    let closing = std::thread::spawn(move || runtime::block_on(c.close_settled()));
+    assert!(common::eventually(1000, || client.is_closed()), "closed from the call on");
+    let late = runtime::block_on(client.publish_raw("c", &[], b"2".to_vec().into_boxed_slice()));
+    assert_eq!(late.unwrap_err().kind(), tinystore::ErrorKind::Closed);
+    assert!(t.elapsed() < Duration::from_secs(1), "the late call failed at once");
+    closing.join().unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(1900) && t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    assert!(common::eventually(1000, || tasks.iter().all(|t| t.is_done())));
+    let errors = errors.lock().unwrap();
+    assert_eq!(errors.len(), 5);
+    for e in errors.iter() {
+        assert_eq!(e.kind(), tinystore::ErrorKind::Closed);
+        assert!(e.message().contains("may have taken effect"), "{e}");
+    }
+    p.resume();
+}
