@@ -56,12 +56,20 @@ pub unsafe extern "C" fn ts_hub_try(out: *mut u64, max: usize) -> usize {
             return 0;
         }
         let mut ready = HUB.ready.lock().unwrap_or_else(|e| e.into_inner());
-        let n = ready.len().min(max);
-        let out = unsafe { std::slice::from_raw_parts_mut(out, n) };
-        out.copy_from_slice(&ready[..n]);
-        ready.drain(..n);
-        n
+        unsafe { take(&mut ready, out, max) }
     })
+}
+
+/// Moves up to `max` tokens from `ready` to `out`, oldest first.
+///
+/// # Safety
+/// `out` points to room for `max` tokens.
+unsafe fn take(ready: &mut Vec<u64>, out: *mut u64, max: usize) -> usize {
+    let n = ready.len().min(max);
+    let out = unsafe { std::slice::from_raw_parts_mut(out, n) };
+    out.copy_from_slice(&ready[..n]);
+    ready.drain(..n);
+    n
 }
 
 /// A waker that pushes its token on the completion queue.
@@ -102,10 +110,6 @@ pub unsafe extern "C" fn ts_hub_wait(out: *mut u64, max: usize, timeout_ms: i64)
                 }
             };
         }
-        let n = ready.len().min(max);
-        let out = unsafe { std::slice::from_raw_parts_mut(out, n) };
-        out.copy_from_slice(&ready[..n]);
-        ready.drain(..n);
-        n
+        unsafe { take(&mut ready, out, max) }
     })
 }

@@ -150,15 +150,16 @@ impl Side {
     }
 }
 
-/// Reads what the socket has into `buf` without blocking. The read was
-/// short (the socket is drained for now) when it returned less than the
-/// room it had ([`fill_short`] tells).
-fn fill(fd: &std::os::unix::net::UnixStream, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+/// Reads what the socket has into `buf` without blocking: how many bytes,
+/// and whether the read was short (less than the room there was: the
+/// socket has nothing more for now).
+fn fill(fd: &std::os::unix::net::UnixStream, buf: &mut Vec<u8>) -> std::io::Result<(usize, bool)> {
     use std::os::fd::AsRawFd;
     if buf.capacity() - buf.len() < 16 * 1024 {
         buf.reserve(64 * 1024);
     }
     let spare = buf.spare_capacity_mut();
+    let room = spare.len();
     // SAFETY: read(2) writes at most `spare.len()` bytes and says how many;
     // only those become part of `buf`.
     let n = unsafe { libc::read(fd.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
@@ -166,19 +167,7 @@ fn fill(fd: &std::os::unix::net::UnixStream, buf: &mut Vec<u8>) -> std::io::Resu
         return Err(std::io::Error::last_os_error());
     }
     unsafe { buf.set_len(buf.len() + n as usize) };
-    Ok(n as usize)
-}
-
-
-/// [`fill`], and whether the read was short: the socket gave less than
-/// the room there was, so it has nothing more for now.
-fn fill_short(fd: &std::os::unix::net::UnixStream, buf: &mut Vec<u8>) -> std::io::Result<(usize, bool)> {
-    if buf.capacity() - buf.len() < 16 * 1024 {
-        buf.reserve(64 * 1024);
-    }
-    let room = buf.capacity() - buf.len();
-    let n = fill(fd, buf)?;
-    Ok((n, n < room))
+    Ok((n as usize, (n as usize) < room))
 }
 
 impl SharedRead {
@@ -223,7 +212,7 @@ impl SharedRead {
                         return Poll::Pending;
                     }
                     Poll::Ready(Err(_)) => *ended = true,
-                    Poll::Ready(Ok(mut guard)) => match guard.try_io(|inner| fill_short(inner.get_ref(), buf)) {
+                    Poll::Ready(Ok(mut guard)) => match guard.try_io(|inner| fill(inner.get_ref(), buf)) {
                         Ok(Ok((0, _))) => *ended = true,
                         // Drained: the next look waits for the reactor's
                         // next event instead of a read that finds nothing.
@@ -264,7 +253,7 @@ impl runtime::Lead for SharedRead {
                 }
                 conn.sink.uncork();
                 match fill(&self.fd, &mut side.buf) {
-                    Ok(0) => side.ended = true,
+                    Ok((0, _)) => side.ended = true,
                     Ok(_) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                         let left = end.saturating_duration_since(Instant::now());
@@ -322,6 +311,19 @@ impl SharedRead {
             }
         }
         slot.task.clone()
+    }
+
+    /// Gives a loop's socket back to the engine's task, if a loop reads it.
+    fn give_back(&self) {
+        let mut slot = self.slot.lock();
+        if !slot.looped {
+            return;
+        }
+        let task = self.unloop(&mut slot);
+        drop(slot);
+        if let Some(w) = task {
+            w.wake();
+        }
     }
 
     /// Called by the pinger: a loop that has not read for [`LOOP_STALL`]
@@ -412,7 +414,7 @@ impl LoopReader {
                 if client.dispatch_all(&conn, &mut side) {
                     break;
                 }
-                match fill_short(&self.shared.fd, &mut side.buf) {
+                match fill(&self.shared.fd, &mut side.buf) {
                     Ok((0, _)) => side.ended = true,
                     Ok((_, true)) => {
                         // Drained: the loop's poll says when more comes
@@ -453,15 +455,7 @@ impl LoopReader {
 
     /// Gives the socket back to the engine (the loop stops watching it).
     pub fn stop(&self) {
-        let mut slot = self.shared.slot.lock();
-        if !slot.looped {
-            return;
-        }
-        let task = self.shared.unloop(&mut slot);
-        drop(slot);
-        if let Some(w) = task {
-            w.wake();
-        }
+        self.shared.give_back();
     }
 
     /// True while this reader's connection is the store's current one and
@@ -1071,14 +1065,7 @@ impl Client {
         // No new call starts from here (they fail with `closed`).
         self.closing.store(true, Ordering::Release);
         if let Some(shared) = &conn.shared {
-            let mut slot = shared.slot.lock();
-            if slot.looped {
-                let task = shared.unloop(&mut slot);
-                drop(slot);
-                if let Some(w) = task {
-                    w.wake();
-                }
-            }
+            shared.give_back();
         }
         conn.sink.uncork();
         let end = tokio::time::Instant::now() + limit;
