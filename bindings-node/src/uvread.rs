@@ -26,11 +26,14 @@ unsafe extern "C" {
     fn uv_poll_stop(handle: *mut uv_poll_t) -> c_int;
     fn uv_close(handle: *mut c_void, cb: extern "C" fn(*mut c_void));
     fn uv_unref(handle: *mut c_void);
+    fn uv_idle_init(lp: *mut c_void, handle: *mut c_void) -> c_int;
+    fn uv_idle_start(handle: *mut c_void, cb: extern "C" fn(*mut c_void)) -> c_int;
+    fn uv_idle_stop(handle: *mut c_void) -> c_int;
 }
 
 const UV_READABLE: c_int = 1;
-/// Room for a `uv_poll_t` (160 bytes on 64-bit Linux), 8-byte aligned. Its
-/// first field is libuv's `void *data`.
+/// Room for a `uv_poll_t` (160 bytes on 64-bit Linux) or a `uv_idle_t`,
+/// 8-byte aligned. Its first field is libuv's `void *data`.
 const HANDLE_WORDS: usize = 64;
 
 /// Watches a connected store's socket on the JavaScript thread.
@@ -43,6 +46,8 @@ struct State {
     reader: Option<Arc<LoopReader>>,
     /// The live `uv_poll_t`, or null.
     handle: *mut uv_poll_t,
+    /// Its `uv_idle_t` (same `data`), or null.
+    idle: *mut c_void,
 }
 
 // SAFETY: `handle` is touched only on the JavaScript thread that made it
@@ -59,7 +64,7 @@ struct Data {
 impl UvReader {
     /// For a connected store; `None` in the owning process.
     pub fn new(store: &Store) -> Option<Arc<UvReader>> {
-        (!store.is_owner()).then(|| Arc::new(UvReader { store: store.clone(), st: Mutex::new(State { reader: None, handle: std::ptr::null_mut() }) }))
+        (!store.is_owner()).then(|| Arc::new(UvReader { store: store.clone(), st: Mutex::new(State { reader: None, handle: std::ptr::null_mut(), idle: std::ptr::null_mut() }) }))
     }
 
     /// Called on the JavaScript thread by every call that may wait for an
@@ -67,6 +72,7 @@ impl UvReader {
     pub fn ensure(self: &Arc<Self>, env: &Env) {
         let mut st = self.st.lock().unwrap_or_else(|p| p.into_inner());
         if st.reader.as_ref().is_some_and(|r| r.is_active()) {
+            spin(&st);
             return;
         }
         close(&mut st);
@@ -85,6 +91,15 @@ impl UvReader {
             *handle.cast::<*mut Data>() = data;
             uv_unref(handle);
             st.handle = handle;
+            let idle = Box::into_raw(Box::new([0u64; HANDLE_WORDS])).cast::<c_void>();
+            if uv_idle_init(lp.cast(), idle) == 0 {
+                *idle.cast::<*mut Data>() = data;
+                // Never what keeps a program alive.
+                uv_unref(idle);
+                st.idle = idle;
+            } else {
+                drop(Box::from_raw(idle.cast::<[u64; HANDLE_WORDS]>()));
+            }
             if !reader.start() || uv_poll_start(handle, UV_READABLE, on_readable) != 0 {
                 reader.stop();
                 close(&mut st);
@@ -92,6 +107,7 @@ impl UvReader {
             }
         }
         st.reader = Some(reader);
+        spin(&st);
     }
 
     /// Stops watching (the store closes).
@@ -101,10 +117,37 @@ impl UvReader {
     }
 }
 
-/// Stops and closes the handle, giving the socket back to the engine.
+/// Keeps the loop polling while the engine spins for an answer (called
+/// before the call is sent: the idle callback looks after it).
+fn spin(st: &State) {
+    if !st.idle.is_null() && !tinystore::spin::window().is_zero() {
+        // SAFETY: this thread's live idle handle; starting it twice is a no-op.
+        unsafe { uv_idle_start(st.idle, on_idle) };
+    }
+}
+
+extern "C" fn on_idle(idle: *mut c_void) {
+    // SAFETY: `data` was set by `ensure` and lives until the poll handle's
+    // `closed`, which comes after this handle's close.
+    let data = unsafe { &**idle.cast::<*mut Data>() };
+    if !data.reader.spinning() {
+        // SAFETY: this thread's live idle handle.
+        unsafe { uv_idle_stop(idle) };
+    }
+}
+
+/// Stops and closes the handles, giving the socket back to the engine.
 fn close(st: &mut State) {
     if let Some(r) = st.reader.take() {
         r.stop();
+    }
+    if !st.idle.is_null() {
+        // SAFETY: a live handle of this thread's loop; freed in `idle_closed`.
+        unsafe {
+            uv_idle_stop(st.idle);
+            uv_close(st.idle, idle_closed);
+        }
+        st.idle = std::ptr::null_mut();
     }
     if !st.handle.is_null() {
         // SAFETY: a live handle of this thread's loop; freed in `closed`.
@@ -123,6 +166,12 @@ extern "C" fn closed(handle: *mut c_void) {
         drop(Box::from_raw(*handle.cast::<*mut Data>()));
         drop(Box::from_raw(handle.cast::<[u64; HANDLE_WORDS]>()));
     }
+}
+
+extern "C" fn idle_closed(handle: *mut c_void) {
+    // SAFETY: made by `ensure` from a Box of words; its `data` is the poll
+    // handle's to free.
+    unsafe { drop(Box::from_raw(handle.cast::<[u64; HANDLE_WORDS]>())) };
 }
 
 extern "C" fn on_readable(handle: *mut uv_poll_t, status: c_int, _events: c_int) {

@@ -151,4 +151,29 @@ describe('connected, read on the event loop', () => {
       await owner.close()
     }
   })
+
+  it('STORE-01 after its calls stop, a connected program sleeps: the loop spins only for a short window after each call', async () => {
+    const dir = tempDir()
+    const owner = await open(dir)
+    const client = await connect(`unix:${join(dir, 'tinystore.sock')}`)
+    try {
+      const lock = client.lock('spin')
+      const branch = client.channel<Ev>('spin').under(1)
+      for (let n = 0; n < 2000; n++) {
+        await lock.hold(7, () => {})
+        await branch.publish({ n })
+      }
+      await sleep(50)
+      const before = process.cpuUsage()
+      await sleep(500) // a timer keeps the loop alive; nothing else to do
+      const used = process.cpuUsage(before)
+      const ms = (used.user + used.system) / 1000
+      // Owner and client both live in this process; spinning for good would use about 500 ms.
+      assert.ok(ms < 60, `an idle owner and client used ${ms} ms of CPU in 500 ms`)
+    } finally {
+      await client.close()
+      await owner.close()
+    }
+  })
 })
+

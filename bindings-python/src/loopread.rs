@@ -58,6 +58,13 @@ impl NativeLoopReader {
         py.detach(|| self.reader.stop());
     }
 
+    /// True while the engine spins for an answer: the loop should poll
+    /// rather than sleep (`tinystore::spin`).
+    #[getter]
+    fn spinning(&self) -> bool {
+        self.reader.spinning()
+    }
+
     /// True while the loop reads this socket (the store's current one).
     #[getter]
     fn active(&self) -> bool {

@@ -141,3 +141,23 @@ async def test_chan_01_a_connected_publish_resolves_to_none(connected: Tuple[tin
     ch = store.channel("none")
     results = [await ch.publish(n) for n in range(20)]
     assert results == [None] * 20
+
+
+async def test_store_01_after_its_calls_stop_a_connected_program_sleeps(
+    connected: Tuple[tinystore.Store, tinystore.Store],
+) -> None:
+    """The loop (and the owner) spin only for a short window after each call
+    (TINYSTORE_SPIN), then sleep again."""
+    _, store = connected
+    lock = store.lock("spin")
+    ch = store.channel("spin").under(1)
+    for n in range(2000):
+        async with lock.hold("k"):
+            pass
+        await ch.publish(n)
+    await asyncio.sleep(0.05)
+    before = time.process_time()
+    await asyncio.sleep(0.5)
+    used = time.process_time() - before
+    # Owner and client both live in this process; spinning for good would use about 0.5 s.
+    assert used < 0.06, f"an idle owner and client used {used * 1000:.0f} ms of CPU in 500 ms"

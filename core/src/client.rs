@@ -100,6 +100,8 @@ enum Source {
 /// kernel, to the thread that wants it.
 pub(crate) struct SharedRead {
     fd: Arc<std::os::unix::net::UnixStream>,
+    /// Polled, not slept on, until a window after the last call.
+    expect: crate::spin::Expect,
     slot: Mutex<Slot>,
     client: std::sync::Weak<Client>,
     conn: std::sync::Weak<Conn>,
@@ -177,7 +179,7 @@ impl SharedRead {
             Err(_) => (None, true),
         };
         let side = Side { afd, buf: Vec::with_capacity(64 * 1024), start: 0, ended };
-        Arc::new(SharedRead { fd, slot: Mutex::new(Slot { side: Some(side), task: None, looped: false, serviced: Instant::now() }), client, conn })
+        Arc::new(SharedRead { fd, expect: Default::default(), slot: Mutex::new(Slot { side: Some(side), task: None, looped: false, serviced: Instant::now() }), client, conn })
     }
 
     /// For the connection's task: the read side once it has whole frames
@@ -207,6 +209,17 @@ impl SharedRead {
                     continue;
                 };
                 match afd.poll_read_ready(cx) {
+                    // An answer is expected soon: look again instead.
+                    Poll::Pending if self.expect.spinning() => match fill(&self.fd, buf) {
+                        Ok((0, _)) => *ended = true,
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::Interrupted => {
+                            self.put_back(side);
+                            cx.waker().wake_by_ref();
+                            return Poll::Pending;
+                        }
+                        Err(_) => *ended = true,
+                    },
                     Poll::Pending => {
                         self.put_back(side);
                         return Poll::Pending;
@@ -255,6 +268,7 @@ impl runtime::Lead for SharedRead {
                 match fill(&self.fd, &mut side.buf) {
                     Ok((0, _)) => side.ended = true,
                     Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && self.expect.spinning() => {}
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                         let left = end.saturating_duration_since(Instant::now());
                         if left.is_zero() {
@@ -456,6 +470,14 @@ impl LoopReader {
     /// Gives the socket back to the engine (the loop stops watching it).
     pub fn stop(&self) {
         self.shared.give_back();
+    }
+
+    /// Whether the loop should look at the socket again instead of
+    /// sleeping: true until a short window after the last call that awaits
+    /// an answer ([`crate::spin`]). A loop keeps itself awake meanwhile
+    /// (Node: an idle handle; Python: a callback scheduled soon).
+    pub fn spinning(&self) -> bool {
+        self.shared.expect.spinning()
     }
 
     /// True while this reader's connection is the store's current one and
@@ -797,6 +819,9 @@ impl Client {
                 if matches!(a, Answer::Publish(_)) {
                     conn.publishing.fetch_sub(1, Ordering::AcqRel);
                 }
+                if let (Answer::Call(_) | Answer::Publish(_), Some(shared)) = (&a, &conn.shared) {
+                    shared.expect.answered();
+                }
                 let v = match r.err {
                     Some(e) => Err(e.into()),
                     None => Ok(r.ok.map(|v| v.get().as_bytes()).unwrap_or(b"null").to_vec().into_boxed_slice()),
@@ -887,6 +912,9 @@ impl Client {
             )));
         }
         let awaited = answer.is_some();
+        if let (Some(Answer::Call(_) | Answer::Publish(_)), Some(shared)) = (&answer, &conn.shared) {
+            shared.expect.expect();
+        }
         if let Some(a) = answer {
             // A renewal needs none: its lease's deadline stands for it.
             let limit = (!matches!(a, Answer::Renewal(..)))

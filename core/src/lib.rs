@@ -41,6 +41,7 @@ mod key;
 pub mod limits;
 pub mod locks;
 pub mod runtime;
+pub mod spin;
 pub mod sql;
 mod store;
 mod client;

@@ -403,7 +403,7 @@ impl WriteHalf {
 pub(crate) fn split_unix(s: tokio::net::UnixStream) -> std::io::Result<(Box<dyn tokio::io::AsyncRead + Send + Unpin>, WriteHalf)> {
     let s = std::sync::Arc::new(s.into_std()?);
     s.set_nonblocking(true)?;
-    let r = UnixReadHalf(register_readable(&s)?);
+    let r = UnixReadHalf { afd: register_readable(&s)?, spin: crate::spin::Spin::new() };
     Ok((Box::new(r), WriteHalf::Unix(UnixWriteHalf(s))))
 }
 
@@ -426,39 +426,70 @@ pub(crate) fn register_readable(
     unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd.clone(), tokio::io::Interest::READABLE) }.map_err(Into::into)
 }
 
-/// The read side of a Unix socket, registered for readability only.
-struct UnixReadHalf(tokio::io::unix::AsyncFd<std::sync::Arc<std::os::unix::net::UnixStream>>);
+/// The read side of a Unix socket, registered for readability only. Once
+/// drained it is polled for a short window before the task sleeps
+/// ([`crate::spin`]).
+struct UnixReadHalf {
+    afd: tokio::io::unix::AsyncFd<std::sync::Arc<std::os::unix::net::UnixStream>>,
+    spin: crate::spin::Spin,
+}
+
+/// read(2) into `buf`'s unfilled part; marks what was read as filled.
+fn read_into(fd: &std::os::unix::net::UnixStream, buf: &mut tokio::io::ReadBuf<'_>) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: read(2) writes at most `dst.len()` bytes into `dst` and says
+    // how many; only those are marked initialised.
+    let dst = unsafe { buf.unfilled_mut() };
+    let n = unsafe { libc::read(fd.as_raw_fd(), dst.as_mut_ptr().cast(), dst.len()) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    unsafe { buf.assume_init(n as usize) };
+    buf.advance(n as usize);
+    Ok(n as usize)
+}
 
 impl tokio::io::AsyncRead for UnixReadHalf {
     fn poll_read(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> std::task::Poll<std::io::Result<()>> {
-        use std::os::fd::AsRawFd;
+        use std::io::ErrorKind::{Interrupted, WouldBlock};
         use std::task::Poll;
+        let this = self.get_mut();
+        let room = buf.remaining();
         loop {
-            let mut guard = match self.0.poll_read_ready(cx) {
+            let mut guard = match this.afd.poll_read_ready(cx) {
                 Poll::Ready(g) => g?,
+                Poll::Pending if this.spin.spinning() => match read_into(this.afd.get_ref(), buf) {
+                    // The reactor may still say ready later: that read finds
+                    // nothing and clears it.
+                    Ok(n) => {
+                        this.spin.came();
+                        if n > 0 && n < room {
+                            this.spin.drained();
+                        }
+                        return Poll::Ready(Ok(()));
+                    }
+                    Err(e) if e.kind() == WouldBlock || e.kind() == Interrupted => {
+                        // Polled again after the tasks already waiting.
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
+                    Err(e) => return Poll::Ready(Err(e)),
+                },
                 Poll::Pending => return Poll::Pending,
             };
-            // SAFETY: read(2) writes at most `dst.len()` bytes into `dst`
-            // and says how many; only those are marked initialised.
-            let dst = unsafe { buf.unfilled_mut() };
-            let room = dst.len();
-            let r = guard.try_io(|inner| {
-                let n = unsafe { libc::read(inner.get_ref().as_raw_fd(), dst.as_mut_ptr().cast(), dst.len()) };
-                if n < 0 { Err(std::io::Error::last_os_error()) } else { Ok(n as usize) }
-            });
-            match r {
+            match guard.try_io(|inner| read_into(inner.get_ref(), buf)) {
                 Ok(Ok(n)) => {
-                    unsafe { buf.assume_init(n) };
-                    buf.advance(n);
+                    this.spin.came();
                     if n > 0 && n < room {
                         // Drained (as tokio's own sockets judge a short
                         // read): wait for the reactor's next event rather
-                        // than read again to find nothing.
+                        // than read again to find nothing; spin first.
                         guard.clear_ready();
+                        this.spin.drained();
                     }
                     return Poll::Ready(Ok(()));
                 }
-                Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Ok(Err(e)) if e.kind() == Interrupted => continue,
                 Ok(Err(e)) => return Poll::Ready(Err(e)),
                 Err(_would_block) => continue,
             }

@@ -796,3 +796,31 @@ fn store_01_closing_refuses_new_calls_and_says_unanswered_publishes_may_have_lan
     }
     p.resume();
 }
+
+/// CPU time this process has used (all threads).
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+#[test]
+fn store_01_spinning_stops_when_the_conversation_does() {
+    // Owner and client both poll their sockets for a short window after a
+    // frame (`tinystore::spin`); once calls stop, both must sleep again.
+    let (owner, client, _d) = owner_and_client();
+    let lock = client.lock("spin").open().unwrap();
+    let events = client.channel::<u64>("spin").open().unwrap();
+    for i in 0..2000u64 {
+        lock.hold("k", |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
+        events.under(1).publish(&i).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let before = cpu_time();
+    std::thread::sleep(Duration::from_millis(500));
+    let used = cpu_time() - before;
+    assert!(used < Duration::from_millis(50), "an idle owner and client used {used:?} of CPU in 500 ms");
+    drop((lock, events, client, owner));
+}

@@ -77,9 +77,14 @@ class LoopWatch:
     100 ms, seen within 350 ms), the loop stops watching; the next call watches again, the new
     socket after a reconnect. One loop watches a store at a time: another
     loop takes over only once the first one no longer reads it.
+
+    After each call the loop is kept from sleeping while the engine spins
+    for the answer (a callback scheduled soon, again and again, for at most
+    the spin window: ``TINYSTORE_SPIN``, 100 µs by default): an answer that
+    comes meanwhile costs no sleep and no wake-up.
     """
 
-    __slots__ = ("_native", "_loop", "_reader", "_fd", "_closed", "_unsupported", "__weakref__")
+    __slots__ = ("_native", "_loop", "_reader", "_fd", "_closed", "_unsupported", "_spinning", "__weakref__")
 
     def __init__(self, native_store: Any) -> None:
         self._native = native_store
@@ -88,6 +93,7 @@ class LoopWatch:
         self._fd = -1
         self._closed = False
         self._unsupported: Optional[asyncio.AbstractEventLoop] = None
+        self._spinning = False
 
     @property
     def reader(self) -> Any:
@@ -97,9 +103,19 @@ class LoopWatch:
     def ensure(self, loop: asyncio.AbstractEventLoop) -> None:
         """Has ``loop`` (the running loop) read the store's current socket."""
         r = self._reader
-        if r is not None and self._loop is loop and r.active:
-            return
-        self._attach(loop)
+        if r is None or self._loop is not loop or not r.active:
+            self._attach(loop)
+        if not self._spinning and self._reader is not None and self._loop is loop:
+            self._spinning = True
+            loop.call_soon(self._spin, loop)
+
+    def _spin(self, loop: asyncio.AbstractEventLoop) -> None:
+        # A ready callback makes the loop poll its selector without waiting.
+        r = self._reader
+        if r is not None and self._loop is loop and r.spinning:
+            loop.call_soon(self._spin, loop)
+        else:
+            self._spinning = False
 
     def _attach(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._closed or loop is self._unsupported:
