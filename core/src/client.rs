@@ -820,7 +820,7 @@ impl Client {
                     conn.publishing.fetch_sub(1, Ordering::AcqRel);
                 }
                 if let (Answer::Call(_) | Answer::Publish(_), Some(shared)) = (&a, &conn.shared) {
-                    shared.expect.answered();
+                    shared.expect.answered(r.queued);
                 }
                 let v = match r.err {
                     Some(e) => Err(e.into()),

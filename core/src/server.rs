@@ -10,7 +10,7 @@
 //! connection until then, so a client that reconnects in time keeps them.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -86,9 +86,26 @@ struct Outbox {
     closed: AtomicBool,
     /// Holds waiting in line, by hold id.
     waits: Mutex<HashMap<u64, InLine>>,
+    /// How many: while any, the client waits for a grant and the
+    /// connection's reader does not spin ([`crate::spin`]).
+    waiting: Arc<AtomicUsize>,
 }
 
 impl Outbox {
+    fn wait_in_line(&self, hold: u64, in_line: InLine) {
+        if self.waits.lock().insert(hold, in_line).is_none() {
+            self.waiting.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn leave_line(&self, hold: u64) -> Option<InLine> {
+        let left = self.waits.lock().remove(&hold);
+        if left.is_some() {
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
+        }
+        left
+    }
+
     fn push(&self, frame: Vec<u8>) {
         if !self.sink.send(&frame) {
             self.closed.store(true, Ordering::Release);
@@ -138,6 +155,12 @@ fn answer_ok<T: serde::Serialize>(out: &Outbox, id: u64, v: &T) {
     out.send(&Reply { id: Some(id), ok: Some(&raw), ..Default::default() });
 }
 
+/// The grant of a hold that waited in line.
+fn answer_queued(out: &Outbox, id: u64, v: &AcquireOk) {
+    let raw = serde_json::value::to_raw_value(v).expect("answers serialize");
+    out.send(&Reply { id: Some(id), ok: Some(&raw), queued: true, ..Default::default() });
+}
+
 fn answer_err(out: &Outbox, id: u64, e: &Error) {
     out.send(&Reply { id: Some(id), err: Some(WireError::from(e)), ..Default::default() });
 }
@@ -176,8 +199,9 @@ impl Server {
                     .map_err(|e| Error::io("could not make the socket owner-only", e))?;
                 let name = address.to_string();
                 self.accept_loop(l, move |me, (s, _)| {
-                    if let Ok(halves) = wire::split_unix(s) {
-                        runtime::spawn(me.clone().connection(halves, name.clone(), None));
+                    let waiting = Arc::new(AtomicUsize::new(0));
+                    if let Ok(halves) = wire::split_unix(s, waiting.clone()) {
+                        runtime::spawn(me.clone().connection(halves, name.clone(), None, waiting));
                     }
                 });
             }
@@ -188,7 +212,7 @@ impl Server {
                     eprintln!("tinystore: warning: plain TCP on {hp} listens beyond loopback; tokens and messages cross the network unencrypted (serve tls:{hp} instead)");
                 }
                 self.accept_loop(l, move |me, (s, peer)| {
-                    runtime::spawn(me.clone().connection(wire::split_tcp(s), format!("tcp:{peer}"), Some(tokens.clone())));
+                    runtime::spawn(me.clone().connection(wire::split_tcp(s), format!("tcp:{peer}"), Some(tokens.clone()), Default::default()));
                 });
             }
             Address::Tls(hp) => {
@@ -206,7 +230,7 @@ impl Server {
                     let (me2, tokens, acceptor) = (me.clone(), tokens.clone(), acceptor.clone());
                     runtime::spawn(async move {
                         if let Some(halves) = crate::tls::accept(s, &acceptor).await {
-                            me2.connection(halves, format!("tls:{peer}"), Some(tokens)).await;
+                            me2.connection(halves, format!("tls:{peer}"), Some(tokens), Default::default()).await;
                         }
                     });
                 });
@@ -257,8 +281,8 @@ impl Server {
         serde_json::to_value(list).unwrap_or_default()
     }
 
-    async fn connection(self: Arc<Self>, (rd, wr): (Box<dyn AsyncRead + Send + Unpin>, WriteHalf), address: String, tokens: Option<Arc<Tokens>>) {
-        let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false), waits: Mutex::new(HashMap::new()) });
+    async fn connection(self: Arc<Self>, (rd, wr): (Box<dyn AsyncRead + Send + Unpin>, WriteHalf), address: String, tokens: Option<Arc<Tokens>>, waiting: Arc<AtomicUsize>) {
+        let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false), waits: Mutex::new(HashMap::new()), waiting });
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let mut c = Conn { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), woken: Vec::new() };
         let mut reader = FrameReader::new(rd);
@@ -321,6 +345,7 @@ impl Server {
         }
         // A waiter whose connection died leaves the line at once.
         let waits: Vec<_> = out.waits.lock().drain().collect();
+        out.waiting.store(0, Ordering::Relaxed);
         for (_, (table, key, waiter)) in waits {
             table.leave_queue(&key, waiter);
         }
@@ -478,7 +503,7 @@ impl Conn {
                 // answered from where the key is let go, with no task between.
                 let (server, out, key2, started) = (self.server.clone(), self.out.clone(), key.clone(), Instant::now());
                 let on_grant: OnGrant = Box::new(move |r| {
-                    out.waits.lock().remove(&hold);
+                    out.leave_line(hold);
                     match r {
                         Ok(raw) => {
                             // A waiter whose client went silent for its ttl (a
@@ -487,7 +512,7 @@ impl Conn {
                                 return Some(raw);
                             }
                             let ok = server.grant(raw, &session, hold, &out, started.elapsed());
-                            answer_ok(&out, id, &ok);
+                            answer_queued(&out, id, &ok);
                         }
                         Err(e) => answer_err(&out, id, &e),
                     }
@@ -500,10 +525,10 @@ impl Conn {
                         answer_ok(&self.out, id, &ok);
                     }
                     Queued::InLine(waiter) => {
-                        self.out.waits.lock().insert(hold, (table.clone(), key2.clone(), waiter));
+                        self.out.wait_in_line(hold, (table.clone(), key2.clone(), waiter));
                         // Served in between: its callback found nothing to remove.
                         if !table.is_waiting(&key2, waiter) {
-                            self.out.waits.lock().remove(&hold);
+                            self.out.leave_line(hold);
                         }
                     }
                 }
@@ -539,8 +564,7 @@ impl Conn {
                 // The client gave up on a hold (a cancelled task): leave the
                 // line, or let go of what was granted meanwhile (LOCK-04).
                 let hold = need(r.hold, op, "hold")?;
-                let waiting = self.out.waits.lock().remove(&hold);
-                if let Some((table, key, waiter)) = waiting {
+                if let Some((table, key, waiter)) = self.out.leave_line(hold) {
                     table.leave_queue(&key, waiter);
                 }
                 let session = self.session.clone().unwrap_or_default();

@@ -21,7 +21,7 @@
 //! spinning off); read once, at the first connection.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The window when `TINYSTORE_SPIN` is not set.
@@ -111,25 +111,35 @@ impl Spin {
 }
 
 /// A client connection's spin: whoever reads its socket polls it for a
-/// window after a call that awaits an answer, while answers have been
-/// coming within a window. Calls answered later (holds that wait for a
-/// held key, a busy owner) stop it, since spinning then only takes CPU
-/// from the processes that would answer; one call in [`PROBE_EVERY`] spins
-/// anyway, to notice when answers come quickly again. Shared by the
-/// calling threads and the reader, hence atomic.
+/// window after a call that awaits an answer, while its last two answers
+/// came at once: within a window, and not after waiting in line for a
+/// held key. Where calls contend for a key (some granted at once, the next
+/// in line) spinning would only take CPU from the processes that answer.
+/// While answers come late, a call now and then spins anyway (a probe:
+/// one in 16, then one in 32, ... one in 1024 while they stay late), to
+/// notice when answers come at once again. Shared by the calling threads
+/// and the reader, hence atomic.
 #[derive(Debug)]
 pub(crate) struct Expect {
     /// Nanoseconds after [`epoch`] until which to poll.
     until: AtomicU64,
     /// When the last call was sent (same clock).
     sent: AtomicU64,
-    /// Whether the last answer came within a window of its call.
-    worth: AtomicBool,
+    /// Whether each of the last answers came at once, the latest in the
+    /// lowest bit.
+    recent: AtomicU8,
     calls: AtomicU32,
+    /// One call in this many probes.
+    probe_every: AtomicU32,
 }
 
-/// While answers come late, one call in this many spins.
-pub const PROBE_EVERY: u32 = 16;
+/// Probes while answers come late: one call in this many at first...
+pub const PROBE_FIRST: u32 = 16;
+/// ...doubling with each late answer up to one in this many.
+pub const PROBE_LAST: u32 = 1024;
+
+/// The last two answers came at once.
+const AT_ONCE: u8 = 0b11;
 
 fn epoch() -> Instant {
     static E: OnceLock<Instant> = OnceLock::new();
@@ -142,7 +152,13 @@ fn nanos_now() -> u64 {
 
 impl Default for Expect {
     fn default() -> Expect {
-        Expect { until: AtomicU64::new(0), sent: AtomicU64::new(0), worth: AtomicBool::new(true), calls: AtomicU32::new(0) }
+        Expect {
+            until: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            recent: AtomicU8::new(AT_ONCE),
+            calls: AtomicU32::new(0),
+            probe_every: AtomicU32::new(PROBE_FIRST),
+        }
     }
 }
 
@@ -155,18 +171,25 @@ impl Expect {
         }
         let now = nanos_now();
         self.sent.store(now, Ordering::Relaxed);
-        let probe = self.calls.fetch_add(1, Ordering::Relaxed).is_multiple_of(PROBE_EVERY);
-        if probe || self.worth.load(Ordering::Relaxed) {
+        let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        let spin = self.recent.load(Ordering::Relaxed) & AT_ONCE == AT_ONCE
+            || n.is_multiple_of(self.probe_every.load(Ordering::Relaxed));
+        if spin {
             self.until.fetch_max(now + w.as_nanos() as u64, Ordering::Relaxed);
         }
     }
 
-    /// An answer came (read by anyone).
-    pub(crate) fn answered(&self) {
+    /// An answer came (read by anyone); `queued`: a grant that waited in
+    /// line for its key.
+    pub(crate) fn answered(&self, queued: bool) {
         let sent = self.sent.load(Ordering::Relaxed);
-        if sent != 0 {
-            self.worth.store(nanos_now().saturating_sub(sent) < window().as_nanos() as u64, Ordering::Relaxed);
+        if sent == 0 {
+            return;
         }
+        let at_once = !queued && nanos_now().saturating_sub(sent) < window().as_nanos() as u64;
+        let _ = self.recent.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| Some(r << 1 | u8::from(at_once)));
+        let every = if at_once { PROBE_FIRST } else { (self.probe_every.load(Ordering::Relaxed) * 2).min(PROBE_LAST) };
+        self.probe_every.store(every, Ordering::Relaxed);
     }
 
     /// Whether to look at the socket again rather than sleep.
@@ -216,23 +239,32 @@ mod tests {
             return;
         }
         let e = Expect::default();
-        e.expect();
-        assert!(e.spinning(), "a first call spins");
-        std::thread::sleep(window() + Duration::from_millis(1));
-        e.answered(); // late: a hold that waited, say
-        assert!(!e.spinning());
-        let spins = (0..PROBE_EVERY * 2)
-            .filter(|_| {
-                e.expect();
-                let s = e.spinning();
-                e.until.store(0, Ordering::Relaxed); // as if its window ran out
-                s
-            })
-            .count();
-        assert_eq!(spins, 2, "one call in {PROBE_EVERY} spins while answers come late");
-        e.expect();
-        e.answered(); // at once
-        e.expect();
-        assert!(e.spinning(), "answers come quickly again: every call spins");
+        // How many of `calls` calls spin, each answered as `answer` says.
+        let spins = |calls: usize, answer: &dyn Fn()| {
+            (0..calls)
+                .filter(|_| {
+                    e.expect();
+                    let s = e.spinning();
+                    e.until.store(0, Ordering::Relaxed); // its window ran out
+                    answer();
+                    s
+                })
+                .count()
+        };
+        assert_eq!(spins(10, &|| e.answered(false)), 10, "answers at once: every call spins");
+        // Answers that waited in line, as where four processes contend.
+        let in_line = spins(2000, &|| e.answered(true));
+        assert!((1..=6).contains(&in_line), "{in_line} of 2000 calls spun while every answer waited in line");
+        let late = spins(2000, &|| {
+            e.sent.store(1, Ordering::Relaxed); // sent long ago
+            e.answered(false)
+        });
+        assert!((1..=6).contains(&late), "{late} of 2000 calls spun while every answer came late");
+        // Until a probe is answered at once: then every call spins again.
+        e.calls.store(0, Ordering::Relaxed);
+        assert_eq!(spins(3, &|| e.answered(false)), 2, "the probe and its answer at once, then a second at once");
+        assert_eq!(spins(10, &|| e.answered(false)), 10);
+        // One answer in line stops it.
+        assert_eq!(spins(3, &|| e.answered(true)), 1);
     }
 }

@@ -163,6 +163,10 @@ pub struct Reply<'a> {
     /// missed: how many and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missed: Option<Missed>,
+    /// An answer to a hold granted after waiting in line: the client had
+    /// to wait for another holder, so it stops spinning ([`crate::spin`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub queued: bool,
     /// lost: the lease.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<u64>,
@@ -400,10 +404,15 @@ impl WriteHalf {
 /// says so each time the peer reads: one wake-up of this process's reactor
 /// per read on the other side, for nothing. Writes go straight to the
 /// socket; only a full socket buffer registers for writability, then.
-pub(crate) fn split_unix(s: tokio::net::UnixStream) -> std::io::Result<(Box<dyn tokio::io::AsyncRead + Send + Unpin>, WriteHalf)> {
+/// `waiting`: how many of the connection's holds wait in line (no spinning
+/// meanwhile: the client waits for a grant, not to send).
+pub(crate) fn split_unix(
+    s: tokio::net::UnixStream,
+    waiting: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> std::io::Result<(Box<dyn tokio::io::AsyncRead + Send + Unpin>, WriteHalf)> {
     let s = std::sync::Arc::new(s.into_std()?);
     s.set_nonblocking(true)?;
-    let r = UnixReadHalf { afd: register_readable(&s)?, spin: crate::spin::Spin::new() };
+    let r = UnixReadHalf { afd: register_readable(&s)?, spin: crate::spin::Spin::new(), waiting };
     Ok((Box::new(r), WriteHalf::Unix(UnixWriteHalf(s))))
 }
 
@@ -432,6 +441,7 @@ pub(crate) fn register_readable(
 struct UnixReadHalf {
     afd: tokio::io::unix::AsyncFd<std::sync::Arc<std::os::unix::net::UnixStream>>,
     spin: crate::spin::Spin,
+    waiting: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// read(2) into `buf`'s unfilled part; marks what was read as filled.
@@ -458,7 +468,7 @@ impl tokio::io::AsyncRead for UnixReadHalf {
         loop {
             let mut guard = match this.afd.poll_read_ready(cx) {
                 Poll::Ready(g) => g?,
-                Poll::Pending if this.spin.spinning() => match read_into(this.afd.get_ref(), buf) {
+                Poll::Pending if this.waiting.load(std::sync::atomic::Ordering::Relaxed) == 0 && this.spin.spinning() => match read_into(this.afd.get_ref(), buf) {
                     // The reactor may still say ready later: that read finds
                     // nothing and clears it.
                     Ok(n) => {
