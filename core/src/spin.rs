@@ -21,7 +21,7 @@
 //! spinning off); read once, at the first connection.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The window when `TINYSTORE_SPIN` is not set.
@@ -116,8 +116,9 @@ impl Spin {
 /// held key. Where calls contend for a key (some granted at once, the next
 /// in line) spinning would only take CPU from the processes that answer.
 /// While answers come late, a call now and then spins anyway (a probe:
-/// one in 16, then one in 32, ... one in 1024 while they stay late), to
-/// notice when answers come at once again. Shared by the calling threads
+/// one in 16; each probe answered late doubles that, up to one in 1024,
+/// until 16 answers in a row come at once); a probe answered at once turns
+/// spinning back on. Shared by the calling threads
 /// and the reader, hence atomic.
 #[derive(Debug)]
 pub(crate) struct Expect {
@@ -131,11 +132,15 @@ pub(crate) struct Expect {
     calls: AtomicU32,
     /// One call in this many probes.
     probe_every: AtomicU32,
+    /// The last call spun as a probe.
+    probing: AtomicBool,
+    /// Answers at once in a row.
+    streak: AtomicU32,
 }
 
 /// Probes while answers come late: one call in this many at first...
 pub const PROBE_FIRST: u32 = 16;
-/// ...doubling with each late answer up to one in this many.
+/// ...doubling with each probe answered late, up to one in this many.
 pub const PROBE_LAST: u32 = 1024;
 
 /// The last two answers came at once.
@@ -158,6 +163,8 @@ impl Default for Expect {
             recent: AtomicU8::new(AT_ONCE),
             calls: AtomicU32::new(0),
             probe_every: AtomicU32::new(PROBE_FIRST),
+            probing: AtomicBool::new(false),
+            streak: AtomicU32::new(0),
         }
     }
 }
@@ -172,9 +179,10 @@ impl Expect {
         let now = nanos_now();
         self.sent.store(now, Ordering::Relaxed);
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
-        let spin = self.recent.load(Ordering::Relaxed) & AT_ONCE == AT_ONCE
-            || n.is_multiple_of(self.probe_every.load(Ordering::Relaxed));
-        if spin {
+        let on = self.recent.load(Ordering::Relaxed) & AT_ONCE == AT_ONCE;
+        let probe = !on && n.is_multiple_of(self.probe_every.load(Ordering::Relaxed));
+        self.probing.store(probe, Ordering::Relaxed);
+        if on || probe {
             self.until.fetch_max(now + w.as_nanos() as u64, Ordering::Relaxed);
         }
     }
@@ -187,9 +195,22 @@ impl Expect {
             return;
         }
         let at_once = !queued && nanos_now().saturating_sub(sent) < window().as_nanos() as u64;
-        let _ = self.recent.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| Some(r << 1 | u8::from(at_once)));
-        let every = if at_once { PROBE_FIRST } else { (self.probe_every.load(Ordering::Relaxed) * 2).min(PROBE_LAST) };
-        self.probe_every.store(every, Ordering::Relaxed);
+        let probe = self.probing.swap(false, Ordering::Relaxed);
+        // A probe answered at once turns spinning back on; one answered
+        // late makes the next probe wait twice as long.
+        let _ = self.recent.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
+            Some(if probe && at_once { AT_ONCE } else { r << 1 | u8::from(at_once) })
+        });
+        if !at_once {
+            self.streak.store(0, Ordering::Relaxed);
+        } else if self.streak.fetch_add(1, Ordering::Relaxed) + 1 >= PROBE_FIRST {
+            // Long enough at once to probe often again after the next late answer.
+            self.probe_every.store(PROBE_FIRST, Ordering::Relaxed);
+        }
+        if probe && !at_once {
+            let every = (self.probe_every.load(Ordering::Relaxed) * 2).min(PROBE_LAST);
+            self.probe_every.store(every, Ordering::Relaxed);
+        }
     }
 
     /// Whether to look at the socket again rather than sleep.
@@ -254,15 +275,15 @@ mod tests {
         assert_eq!(spins(10, &|| e.answered(false)), 10, "answers at once: every call spins");
         // Answers that waited in line, as where four processes contend.
         let in_line = spins(2000, &|| e.answered(true));
-        assert!((1..=6).contains(&in_line), "{in_line} of 2000 calls spun while every answer waited in line");
+        assert!((1..=10).contains(&in_line), "{in_line} of 2000 calls spun while every answer waited in line");
         let late = spins(2000, &|| {
             e.sent.store(1, Ordering::Relaxed); // sent long ago
             e.answered(false)
         });
-        assert!((1..=6).contains(&late), "{late} of 2000 calls spun while every answer came late");
+        assert!((1..=10).contains(&late), "{late} of 2000 calls spun while every answer came late");
         // Until a probe is answered at once: then every call spins again.
         e.calls.store(0, Ordering::Relaxed);
-        assert_eq!(spins(3, &|| e.answered(false)), 2, "the probe and its answer at once, then a second at once");
+        assert_eq!(spins(3, &|| e.answered(false)), 3, "a probe answered at once turns spinning on");
         assert_eq!(spins(10, &|| e.answered(false)), 10);
         // One answer in line stops it.
         assert_eq!(spins(3, &|| e.answered(true)), 1);
