@@ -696,7 +696,7 @@ impl Client {
                     *self.conn.lock() = None;
                     let pending: Vec<_> = conn.pending.lock().drain().collect();
                     for (_, (a, _)) in pending {
-                        a.give(Err(disconnected()));
+                        a.give(Err(unanswered()));
                     }
                 }
                 Err(_) => {
@@ -814,13 +814,17 @@ impl Client {
     fn dispatch(&self, conn: &Arc<Conn>, frame: &[u8]) -> bool {
         let Ok(r) = serde_json::from_slice::<Reply>(frame) else { return false };
         if let Some(id) = r.id {
-            let a = conn.pending.lock().remove(&id);
+            let (a, last) = {
+                let mut pending = conn.pending.lock();
+                let a = pending.remove(&id);
+                (a, pending.is_empty())
+            };
             if let Some((a, _)) = a {
                 if matches!(a, Answer::Publish(_)) {
                     conn.publishing.fetch_sub(1, Ordering::AcqRel);
                 }
                 if let (Answer::Call(_) | Answer::Publish(_), Some(shared)) = (&a, &conn.shared) {
-                    shared.expect.answered(r.queued);
+                    shared.expect.answered(r.queued, last);
                 }
                 let v = match r.err {
                     Some(e) => Err(e.into()),
@@ -1199,6 +1203,14 @@ fn raw_json(data: &[u8]) -> Result<Box<serde_json::value::RawValue>> {
 
 fn disconnected() -> Error {
     Error::new(ErrorKind::Closed, "disconnected from the store: the client is reconnecting; retry")
+}
+
+/// For a request sent and not answered when the connection dropped.
+fn unanswered() -> Error {
+    Error::new(
+        ErrorKind::Closed,
+        "disconnected from the store before it answered: the request may have taken effect (a publish may have been delivered); the client is reconnecting",
+    )
 }
 
 fn is_disconnected(e: &Error) -> bool {

@@ -167,6 +167,8 @@ fn answer_err(out: &Outbox, id: u64, e: &Error) {
 
 impl Server {
     pub(crate) fn new(store: WeakStore, shutdown: Option<Arc<Notify>>) -> Arc<Server> {
+        // Read now: a TINYSTORE_SPIN it cannot use is said when serving starts.
+        crate::spin::window();
         Arc::new(Server {
             store,
             leases: Mutex::new(HashMap::new()),

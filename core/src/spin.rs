@@ -17,8 +17,9 @@
 //! - a client spins only after a call, for one window, and only while its
 //!   calls have been answered within a window ([`Expect`]).
 //!
-//! `TINYSTORE_SPIN` sets the window for the process (`"50us"`, `"0"` turns
-//! spinning off); read once, at the first connection.
+//! `TINYSTORE_SPIN` sets the window for the process (`"50us"`, at most
+//! `"10ms"`; `"0"` turns spinning off; unset or empty: 100 µs); read once,
+//! when the process first serves or connects.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
@@ -33,9 +34,10 @@ pub fn window() -> Duration {
     static W: OnceLock<Duration> = OnceLock::new();
     *W.get_or_init(|| match std::env::var("TINYSTORE_SPIN") {
         Err(_) => DEFAULT_WINDOW,
+        Ok(text) if text.trim().is_empty() => DEFAULT_WINDOW,
         Ok(text) => parse(&text).unwrap_or_else(|| {
             eprintln!(
-                "tinystore: TINYSTORE_SPIN={text:?} is not understood: write a duration like \"100us\" or \"0\" to turn spinning off; using {}us",
+                "tinystore: TINYSTORE_SPIN={text:?} is not understood: write a duration of at most 10ms like \"100us\", or \"0\" to turn spinning off; using {}us",
                 DEFAULT_WINDOW.as_micros()
             );
             DEFAULT_WINDOW
@@ -58,20 +60,28 @@ fn parse(text: &str) -> Option<Duration> {
     (d <= Duration::from_millis(10)).then_some(d)
 }
 
-/// One connection's spinning state, kept by whoever reads its socket.
+/// One connection's spinning state on the owner, kept by whoever reads
+/// its socket: spin after a read while the last two gaps between frames
+/// were within a window. A client that holds a key for a moment every few
+/// milliseconds sends its release right after the grant and its next hold
+/// much later: spinning after the release would be a window lost per hold.
 #[derive(Debug)]
 pub(crate) struct Spin {
     /// Poll until then.
     until: Option<Instant>,
     /// When the socket was last found drained, until data comes.
     drained_at: Option<Instant>,
-    /// Whether the last gap between frames was within a window.
-    worth: bool,
+    /// Whether each of the last gaps was within a window, the latest in
+    /// the lowest bit.
+    recent: u8,
 }
+
+/// Both of the last two.
+const BOTH: u8 = 0b11;
 
 impl Spin {
     pub(crate) fn new() -> Spin {
-        Spin { until: None, drained_at: None, worth: true }
+        Spin { until: None, drained_at: None, recent: BOTH }
     }
 
     /// The socket has nothing more for now (after a read): spin from now if
@@ -83,21 +93,20 @@ impl Spin {
         }
         let now = Instant::now();
         self.drained_at = Some(now);
-        self.until = self.worth.then(|| now + w);
+        self.until = (self.recent & BOTH == BOTH).then(|| now + w);
     }
 
-    /// Data came (from a spin's read or after sleeping): frames come within
-    /// a window if this one did.
+    /// Data came (from a spin's read or after sleeping).
     pub(crate) fn came(&mut self) {
         if let Some(at) = self.drained_at.take() {
-            self.worth = at.elapsed() < window();
+            self.recent = self.recent << 1 | u8::from(at.elapsed() < window());
         }
         self.until = None;
     }
 
     /// Whether to look at the socket again rather than sleep. False once
     /// the window has run out; the connection then sleeps, and spins again
-    /// only after a frame comes within a window.
+    /// only after two frames in a row come within a window.
     pub(crate) fn spinning(&mut self) -> bool {
         match self.until {
             Some(u) if Instant::now() < u => true,
@@ -188,8 +197,12 @@ impl Expect {
     }
 
     /// An answer came (read by anyone); `queued`: a grant that waited in
-    /// line for its key.
-    pub(crate) fn answered(&self, queued: bool) {
+    /// line for its key; `last`: no other call awaits an answer (stop
+    /// spinning now).
+    pub(crate) fn answered(&self, queued: bool, last: bool) {
+        if last {
+            self.until.store(0, Ordering::Relaxed);
+        }
         let sent = self.sent.load(Ordering::Relaxed);
         if sent == 0 {
             return;
@@ -249,9 +262,12 @@ mod tests {
         s.came(); // the next frame came late
         s.drained();
         assert!(!s.spinning(), "frames come further apart than a window: no spin");
-        s.came(); // this one came at once
+        s.came(); // this one came at once (a release after its grant)
         s.drained();
-        assert!(s.spinning(), "frames come within a window again");
+        assert!(!s.spinning(), "one frame at once after a late one is not a conversation");
+        s.came(); // and this one too
+        s.drained();
+        assert!(s.spinning(), "two frames in a row within a window: spin again");
     }
 
     #[test]
@@ -272,20 +288,27 @@ mod tests {
                 })
                 .count()
         };
-        assert_eq!(spins(10, &|| e.answered(false)), 10, "answers at once: every call spins");
+        assert_eq!(spins(10, &|| e.answered(false, false)), 10, "answers at once: every call spins");
         // Answers that waited in line, as where four processes contend.
-        let in_line = spins(2000, &|| e.answered(true));
+        let in_line = spins(2000, &|| e.answered(true, false));
         assert!((1..=10).contains(&in_line), "{in_line} of 2000 calls spun while every answer waited in line");
         let late = spins(2000, &|| {
             e.sent.store(1, Ordering::Relaxed); // sent long ago
-            e.answered(false)
+            e.answered(false, false)
         });
         assert!((1..=10).contains(&late), "{late} of 2000 calls spun while every answer came late");
         // Until a probe is answered at once: then every call spins again.
         e.calls.store(0, Ordering::Relaxed);
-        assert_eq!(spins(3, &|| e.answered(false)), 3, "a probe answered at once turns spinning on");
-        assert_eq!(spins(10, &|| e.answered(false)), 10);
+        assert_eq!(spins(3, &|| e.answered(false, false)), 3, "a probe answered at once turns spinning on");
+        assert_eq!(spins(10, &|| e.answered(false, false)), 10);
         // One answer in line stops it.
-        assert_eq!(spins(3, &|| e.answered(true)), 1);
+        assert_eq!(spins(3, &|| e.answered(true, false)), 1);
+        // The last answer awaited ends the window at once.
+        let e = Expect::default();
+        e.expect();
+        e.answered(false, false);
+        assert!(e.spinning(), "another call still awaits its answer");
+        e.answered(false, true);
+        assert!(!e.spinning(), "nothing awaits an answer");
     }
 }
