@@ -814,17 +814,13 @@ impl Client {
     fn dispatch(&self, conn: &Arc<Conn>, frame: &[u8]) -> bool {
         let Ok(r) = serde_json::from_slice::<Reply>(frame) else { return false };
         if let Some(id) = r.id {
-            let (a, last) = {
-                let mut pending = conn.pending.lock();
-                let a = pending.remove(&id);
-                (a, pending.is_empty())
-            };
+            let a = conn.pending.lock().remove(&id);
             if let Some((a, _)) = a {
                 if matches!(a, Answer::Publish(_)) {
                     conn.publishing.fetch_sub(1, Ordering::AcqRel);
                 }
                 if let (Answer::Call(_) | Answer::Publish(_), Some(shared)) = (&a, &conn.shared) {
-                    shared.expect.answered(r.queued, last);
+                    shared.expect.answered(r.queued);
                 }
                 let v = match r.err {
                     Some(e) => Err(e.into()),
