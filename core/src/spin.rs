@@ -11,11 +11,12 @@
 //! no sleeper to wake.
 //!
 //! Bounded so that it costs nothing when there is no conversation:
-//! - the owner spins on a connection only after it answered it, and stops
-//!   spinning on a connection whose last window ran out until a frame comes
-//!   within a window again;
-//! - a client spins only after a call, for one window, and only while its
-//!   calls have been answered within a window ([`Expect`]).
+//! - the owner spins on a connection after reading from it, while its last
+//!   two frames each came within a window of the one before, and not while
+//!   one of its holds waits in line ([`Spin`]);
+//! - a client spins after a call, for one window, while its last two
+//!   answers came at once (not grants that waited in line), with rare
+//!   probes otherwise ([`Expect`]).
 //!
 //! `TINYSTORE_SPIN` sets the window for the process (`"50us"`, at most
 //! `"10ms"`; `"0"` turns spinning off; unset or empty: 100 µs); read once,
