@@ -44,6 +44,12 @@ enum Answer {
 }
 
 impl Answer {
+    /// A caller waits for it (not a renewal): the connection spins for it
+    /// ([`crate::spin::Expect`]).
+    fn awaited(&self) -> bool {
+        matches!(self, Answer::Call(_) | Answer::Publish(_))
+    }
+
     fn give(self, v: Result<Box<[u8]>>) {
         match self {
             Answer::Call(tx) | Answer::Publish(tx) => {
@@ -819,7 +825,7 @@ impl Client {
                 if matches!(a, Answer::Publish(_)) {
                     conn.publishing.fetch_sub(1, Ordering::AcqRel);
                 }
-                if let (Answer::Call(_) | Answer::Publish(_), Some(shared)) = (&a, &conn.shared) {
+                if let Some(shared) = conn.shared.as_ref().filter(|_| a.awaited()) {
                     shared.expect.answered(r.queued);
                 }
                 let v = match r.err {
@@ -912,7 +918,7 @@ impl Client {
             )));
         }
         let awaited = answer.is_some();
-        if let (Some(Answer::Call(_) | Answer::Publish(_)), Some(shared)) = (&answer, &conn.shared) {
+        if let Some(shared) = conn.shared.as_ref().filter(|_| answer.as_ref().is_some_and(Answer::awaited)) {
             shared.expect.expect();
         }
         if let Some(a) = answer {
@@ -1059,9 +1065,9 @@ impl Client {
 
     /// Makes sure the store has the lock of this kind: `conflict` for a
     /// semaphore opened with another limit (LOCK-08), checked at the handle.
-    /// Declares a lock to the owner; made while the client reconnects, it
-    /// waits for the connection (up to the request timeout) as a hold would,
-    /// rather than failing a handle's first hold at once.
+    /// Made while the client reconnects, it waits for the connection (up to
+    /// the request timeout) as a hold would, rather than failing a handle's
+    /// first hold at once.
     pub(crate) async fn declare_async(&self, lock: &str, kind: Kind) -> Result<()> {
         let until = Instant::now() + self.request_timeout();
         loop {
