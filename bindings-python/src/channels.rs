@@ -3,12 +3,12 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyList, PyTuple};
 use tinystore::channels::{Event, RawSubscription, Scope};
 use tinystore::{Key, Store};
 
 use crate::convert;
-use crate::pending::{Convert, none, run_future, value};
+use crate::pending::{Completer, Convert, none, run_future, run_future_on, value};
 
 struct Branch {
     store: Store,
@@ -54,13 +54,18 @@ impl NativeBranch {
         &self.inner.channel
     }
 
-    /// Publishes JSON bytes: `None` at once, or a `Pending`. `run_future`
-    /// polls at once, so the message leaves during this call and publishes
-    /// keep the caller's order over a connection too (P2).
-    fn publish(&self, py: Python<'_>, data: &[u8]) -> PyResult<Py<PyAny>> {
+    /// Publishes JSON bytes: `None` at once; else, with the running loop's
+    /// `completer`, the id its answer comes out of `drain` under, and
+    /// without, a `Pending`. The future is polled at once, so the message
+    /// leaves during this call and publishes keep the caller's order over a
+    /// connection too (P2).
+    #[pyo3(signature = (data, completer=None))]
+    fn publish(&self, py: Python<'_>, data: &[u8], completer: Option<&Bound<'_, Completer>>) -> PyResult<Py<PyAny>> {
         let b = self.inner.clone();
         let data: Box<[u8]> = data.into();
-        run_future(py, async move { b.store.publish_raw(&b.channel, &b.keys, data).await.map(|()| none()) })
+        run_future_on(py, completer.map(Bound::get), async move {
+            b.store.publish_raw(&b.channel, &b.keys, data).await.map(|()| none())
+        })
     }
 
     /// Subscribes (this branch, or with `recursive` every branch below it
@@ -82,12 +87,20 @@ pub struct NativeSubscription {
     sub: Arc<RawSubscription>,
 }
 
+/// What `next_batch` gives for each event, in its tuple's first place.
+const MISSED: u8 = 0;
+const MESSAGE: u8 = 1;
+/// A message whose data is not JSON: the tuple holds the error instead.
+const UNDECODABLE: u8 = 2;
+
 #[pymethods]
 impl NativeSubscription {
     /// Up to `max` events once at least one is ready: a list of
-    /// `(True, seq, data, branch)` for a message and `(False, count, reason,
-    /// None)` for missed ones; empty once stopped or the store closed. A
-    /// `Pending` while nothing is ready.
+    /// `(1, seq, value, branch)` for a message (its JSON decoded as
+    /// `json.loads` does), `(2, seq, error, branch)` for a message whose
+    /// data is not JSON, and `(0, count, reason, None)` for missed ones;
+    /// empty once stopped or the store closed. A `Pending` while nothing is
+    /// ready.
     fn next_batch(&self, py: Python<'_>, max: usize) -> PyResult<Py<PyAny>> {
         let sub = self.sub.clone();
         run_future(py, async move { Ok(events(sub.next_batch(max.max(1)).await)) })
@@ -127,10 +140,14 @@ fn events(batch: Vec<Event>) -> Convert {
                             t
                         }
                     };
-                    (true, m.seq.into_pyobject(py)?.into_any(), PyBytes::new(py, &m.data).into_any(), branch.into_any())
+                    let (kind, value) = match convert::json_value(py, &m.data) {
+                        Ok(v) => (MESSAGE, v),
+                        Err(e) => (UNDECODABLE, e.into_value(py).into_bound(py).into_any()),
+                    };
+                    (kind, m.seq.into_pyobject(py)?.into_any(), value, branch.into_any())
                 }
                 Event::Missed(x) => (
-                    false,
+                    MISSED,
                     x.count.into_pyobject(py)?.into_any(),
                     x.reason.as_str().into_pyobject(py)?.into_any(),
                     py.None().into_bound(py),

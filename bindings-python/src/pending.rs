@@ -78,19 +78,37 @@ pub fn run_future<F>(py: Python<'_>, fut: F) -> PyResult<Py<PyAny>>
 where
     F: Future<Output = Outcome> + Send + 'static,
 {
-    let mut fut: BoxFuture = Box::pin(fut);
-    let polled = py.detach(|| {
+    match poll_once(py, Box::pin(fut)) {
+        Ok(o) => finish(py, o),
+        Err(fut) => pending(py, Work::Future(fut)),
+    }
+}
+
+/// [`run_future`] for a call whose caller has its loop's `completer` at
+/// hand: a call that does not complete at once is started on it here, and
+/// its id (an `int`) comes back instead of a `Pending`: one crossing into
+/// native code and no `Pending` object, which a publish with 64 in flight
+/// feels.
+pub fn run_future_on<F>(py: Python<'_>, completer: Option<&Completer>, fut: F) -> PyResult<Py<PyAny>>
+where
+    F: Future<Output = Outcome> + Send + 'static,
+{
+    match (poll_once(py, Box::pin(fut)), completer) {
+        (Ok(o), _) => finish(py, o),
+        (Err(fut), Some(c)) => c.start_work(py, Work::Future(fut)).into_py_any(py),
+        (Err(fut), None) => pending(py, Work::Future(fut)),
+    }
+}
+
+fn poll_once(py: Python<'_>, mut fut: BoxFuture) -> Result<Outcome, BoxFuture> {
+    py.detach(|| {
         let _rt = runtime::handle().enter();
         let mut cx = Context::from_waker(Waker::noop());
         match fut.as_mut().poll(&mut cx) {
             Poll::Ready(o) => Ok(o),
             Poll::Pending => Err(fut),
         }
-    });
-    match polled {
-        Ok(o) => finish(py, o),
-        Err(fut) => pending(py, Work::Future(fut)),
-    }
+    })
 }
 
 /// A call that blocks (SQLite, opening a store): always a `Pending`, run on
@@ -190,32 +208,7 @@ impl Completer {
         let Some(work) = pending.get().work.lock().take() else {
             return Err(PyRuntimeError::new_err("this call was already started"));
         };
-        let id = self.shared.next.fetch_add(1, Ordering::Relaxed);
-        let shared = self.shared.clone();
-        py.detach(move || match work {
-            Work::Future(fut) => {
-                shared.running.lock().insert(id, None);
-                let s = shared.clone();
-                // Polled now, on this thread (GIL released); later on the
-                // thread that wakes it: the loop's own while it reads its
-                // connection, else a runtime thread.
-                let task = LoopTask::start(async move { s.push(id, Unwound(fut).await) });
-                let mut running = shared.running.lock();
-                match running.get_mut(&id) {
-                    Some(slot) => *slot = Some(task),
-                    None => {
-                        // Finished already (then this does nothing), or
-                        // cancelled while it started.
-                        drop(running);
-                        task.cancel();
-                    }
-                }
-            }
-            Work::Blocking(f) => {
-                runtime::handle().spawn_blocking(move || shared.push(id, f()));
-            }
-        });
-        Ok(id)
+        Ok(self.start_work(py, work))
     }
 
     /// Abandons the call `id` (its asyncio future was cancelled): a waiter
@@ -242,6 +235,37 @@ impl Completer {
                 Err(e) => (id, false, e.into_value(py).into_any()),
             })
             .collect()
+    }
+}
+
+impl Completer {
+    fn start_work(&self, py: Python<'_>, work: Work) -> u64 {
+        let id = self.shared.next.fetch_add(1, Ordering::Relaxed);
+        let shared = self.shared.clone();
+        py.detach(move || match work {
+            Work::Future(fut) => {
+                shared.running.lock().insert(id, None);
+                let s = shared.clone();
+                // Polled now, on this thread (GIL released); later on the
+                // thread that wakes it: the loop's own while it reads its
+                // connection, else a runtime thread.
+                let task = LoopTask::start(async move { s.push(id, Unwound(fut).await) });
+                let mut running = shared.running.lock();
+                match running.get_mut(&id) {
+                    Some(slot) => *slot = Some(task),
+                    None => {
+                        // Finished already (then this does nothing), or
+                        // cancelled while it started.
+                        drop(running);
+                        task.cancel();
+                    }
+                }
+            }
+            Work::Blocking(f) => {
+                runtime::handle().spawn_blocking(move || shared.push(id, f()));
+            }
+        });
+        id
     }
 }
 

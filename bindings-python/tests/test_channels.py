@@ -4,6 +4,7 @@ and the scenarios C1, C13, C16."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from typing import Any, List, Optional
 import pytest
 
 import tinystore
+from tinystore import _aio
 from conftest import LOG, MIGRATIONS, Stores, told_exactly, until
 
 
@@ -385,6 +387,73 @@ async def test_a_value_json_cannot_carry_is_refused_before_publishing(store: tin
         await branch.publish(object())
     with pytest.raises(ValueError):
         await branch.publish(float("nan"))
+
+
+async def test_a_value_that_holds_itself_is_refused_before_publishing(store: tinystore.Store) -> None:
+    branch = store.channel("values").under(2)
+    got: List[Any] = []
+    sub = await branch.subscribe(lambda m: got.append(m.value))
+    looped: List[Any] = [1]
+    looped.append(looped)
+    with pytest.raises(ValueError, match="holds itself"):
+        await branch.publish({"a": looped})
+    await branch.publish("probe")
+    await until(lambda: got == ["probe"], what="the probe alone")
+    await sub.stop()
+
+
+async def test_chan_01_values_arrive_as_json_loads_makes_them(store: tinystore.Store) -> None:
+    # Decoded in native code with json's own scanner: the same values as
+    # json.loads, for what another language's JSON may hold too.
+    branch = store.channel("values").under(3)
+    sent: List[Any] = [
+        {"id": 2**70, "neg": -(2**64), "f": 0.1, "e": 1e300, "small": 5e-324},
+        "naïve ✓ 🙂",
+        {"nested": [1, [2, {"k": None}], True, False]},
+        [],
+        "",
+        0,
+    ]
+    got: List[Any] = []
+    sub = await branch.subscribe(lambda m: got.append(m.value))
+    for v in sent:
+        await branch.publish(v)
+    await until(lambda: len(got) == len(sent), what="every value")
+    assert got == sent
+    assert type(got[0]["id"]) is int and type(got[0]["f"]) is float
+    await sub.stop()
+
+
+async def test_a_message_that_is_not_json_goes_to_on_error_and_the_subscription_goes_on(store: tinystore.Store) -> None:
+    # Published raw in the owner's process (as another language's raw
+    # publish can): a subscriber gets json's own error for it, then the next
+    # messages. Over a connection, the client refuses it before sending.
+    # Spaces around a value are JSON too.
+    branch = store.channel("raw").under(1)
+    got: List[Any] = []
+    errors: List[BaseException] = []
+    sub = await branch.subscribe(lambda m: got.append(m.value), on_error=errors.append)
+    it = await branch.messages()
+    for data in (b"not json", b' {"a": 1} ', b"[1, 2", b'"after"'):
+        try:
+            r = branch._native.publish(data)
+        except tinystore.InvalidError:
+            assert store._native.connected and data in (b"not json", b"[1, 2")
+            continue
+        if r is not None:
+            await _aio.wait(r)
+    bad = 0 if store._native.connected else 2
+    await until(lambda: len(got) + len(errors) == 2 + bad, what="every message or its error")
+    assert got == [{"a": 1}, "after"]
+    assert [type(e) for e in errors] == [json.JSONDecodeError] * bad
+    for _ in range(bad):
+        with pytest.raises(json.JSONDecodeError):
+            await it.__anext__()
+        assert (await it.__anext__()).value in ({"a": 1}, "after")
+    if not bad:
+        assert [(await it.__anext__()).value for _ in range(2)] == [{"a": 1}, "after"]
+    await it.aclose()
+    await sub.stop()
 
 
 async def test_publish_from_a_thread_without_an_event_loop_raises_before_publishing(store: tinystore.Store) -> None:

@@ -84,11 +84,14 @@ class LoopWatch:
     comes meanwhile costs no sleep and no wake-up.
     """
 
-    __slots__ = ("_native", "_loop", "_reader", "_fd", "_closed", "_unsupported", "_spinning", "__weakref__")
+    __slots__ = (
+        "_native", "_loop", "_completer", "_reader", "_fd", "_closed", "_unsupported", "_spinning", "__weakref__"
+    )
 
     def __init__(self, native_store: Any) -> None:
         self._native = native_store
         self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._completer: Optional[_LoopCompleter] = None  # of _loop
         self._reader: Any = None
         self._fd = -1
         self._closed = False
@@ -100,14 +103,20 @@ class LoopWatch:
         """The reader watched now, or None."""
         return self._reader
 
-    def ensure(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Has ``loop`` (the running loop) read the store's current socket."""
+    def ensure(self, loop: asyncio.AbstractEventLoop) -> _LoopCompleter:
+        """Has ``loop`` (the running loop) read the store's current socket;
+        gives that loop's completer."""
+        if _forked_after_start:
+            raise RuntimeError(_FORKED)
         r = self._reader
         if r is None or self._loop is not loop or not r.active:
             self._attach(loop)
-        if not self._spinning and self._reader is not None and self._loop is loop:
+        if self._loop is not loop:
+            return _completer(loop)  # another loop reads it, or none can
+        if not self._spinning and self._reader is not None:
             self._spinning = True
             loop.call_soon(self._spin, loop)
+        return self._completer  # type: ignore[return-value]
 
     def _spin(self, loop: asyncio.AbstractEventLoop) -> None:
         # A ready callback makes the loop poll its selector without waiting.
@@ -142,14 +151,14 @@ class LoopWatch:
             r.stop()
             self._unsupported = loop
             return
-        self._loop, self._reader, self._fd = loop, r, fd
+        self._loop, self._completer, self._reader, self._fd = loop, c, r, fd
 
     def detach(self) -> None:
         """Stops watching: the engine reads the socket until the next call."""
         r, loop, fd = self._reader, self._loop, self._fd
         if r is None or loop is None:
             return
-        self._reader = self._loop = None
+        self._reader = self._loop = self._completer = None
         self._fd = -1
         r.stop()
         try:
@@ -233,13 +242,11 @@ def watched(
     pending: Any, watch: Optional[LoopWatch], loop: "asyncio.AbstractEventLoop | None" = None
 ) -> asyncio.Future[Any]:
     """:func:`wait` for a call of a store watched by ``watch`` (None: owned)."""
-    if _forked_after_start:
-        raise RuntimeError(_FORKED)
     if loop is None:
         loop = asyncio.get_running_loop()
-    if watch is not None:
-        watch.ensure(loop)
-    return _completer(loop).start(loop, pending)
+    if watch is None:
+        return wait(pending, loop)
+    return watch.ensure(loop).start(loop, pending)
 
 
 async def result_of(r: Any, watch: Optional[LoopWatch]) -> Any:

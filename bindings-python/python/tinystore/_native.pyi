@@ -12,7 +12,10 @@ __version__: str
 
 _Duration = Union[str, float, int, Any]  # str like "30s", seconds, or a timedelta
 _Key = Union[int, str]
-_Event = tuple[bool, Any, Any, Any]
+# (1, seq, value, branch) for a message, its JSON decoded as json.loads does;
+# (2, seq, error, branch) for a message whose data is not JSON;
+# (0, count, reason, None) for missed ones.
+_Event = tuple[int, Any, Any, Any]
 
 def open(dir: Union[str, PathLike[str]]) -> Pending: ...
 # address: "unix:PATH", "tcp:HOST:PORT" (token in env TINYSTORE_TOKEN) or
@@ -79,7 +82,9 @@ class NativeBranch:
     @property
     def channel_name(self) -> str: ...
     def under(self, key: _Key) -> NativeBranch: ...
-    def publish(self, data: bytes) -> Union[None, Pending]: ...
+    # With the running loop's completer, an unanswered publish is started on
+    # it and gives the id its answer comes out of `Completer.drain` under.
+    def publish(self, data: bytes, completer: Optional[Completer] = None) -> Union[None, int, Pending]: ...
     def subscribe(self, recursive: bool = False) -> Union[NativeSubscription, Pending]: ...
 
 @final

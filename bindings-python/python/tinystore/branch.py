@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from asyncio import get_running_loop as _get_running_loop
 from typing import Any, Awaitable, Callable, Generic, Optional, Tuple, TypeVar, Union
 
 from . import _aio
@@ -64,10 +65,25 @@ class Branch(Generic[T]):
         (from a worker thread, hand the publish to the loop with
         ``asyncio.run_coroutine_threadsafe``).
         """
-        loop = _aio.running_loop("publish")
-        r = self._native.publish(self._codec.encode(value))
-        if type(r) is _aio.Pending:
-            return _aio.watched(r, self._watch, loop)
+        try:
+            loop = _get_running_loop()
+        except RuntimeError:
+            loop = _aio.running_loop("publish")  # raises, saying what to do
+        data = self._codec.encode(value)
+        w = self._watch
+        if w is None:
+            r = self._native.publish(data)
+            if r is not None:
+                return _aio.wait(r, loop)
+        else:
+            c = w.ensure(loop)
+            r = self._native.publish(data, c.native)
+            if r is not None:
+                # Settled by the completer's drain. Nothing to call off when
+                # it is cancelled: the message has left.
+                fut = loop.create_future()
+                c.futures[r] = fut
+                return fut
         done = loop.create_future()
         done.set_result(None)
         return done

@@ -45,13 +45,38 @@ def _default(o: Any) -> Any:
     )
 
 
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_default).encode
+try:
+    from _json import make_encoder as _c_make_encoder
+except ImportError:  # a Python without json's C accelerator
+    _c_make_encoder = None
+
+if _c_make_encoder is not None:
+    # json's C encoder, made once: ``JSONEncoder.encode`` makes one per call,
+    # three Python frames deep, about half of a small message's encoding.
+    # Without the circular check (it needs a dict of its own per call, and
+    # publishes may run in several threads): a value that holds itself ends
+    # in RecursionError, which ``encode`` turns into json's ValueError.
+    _chunks = _c_make_encoder(
+        None, _default, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
+
+    def _dumps(value: Any) -> str:
+        return "".join(_chunks(value, 0))
+else:
+    _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_default).encode
 
 
 def encode(value: Any) -> bytes:
     """The JSON bytes of ``value``. Raises ``TypeError`` for a value JSON
-    cannot carry and ``ValueError`` for NaN or infinity."""
-    return _dumps(value).encode()
+    cannot carry and ``ValueError`` for NaN or infinity, or for a value that
+    holds itself."""
+    try:
+        return _dumps(value).encode()
+    except RecursionError:
+        raise ValueError(
+            "this value holds itself (or is nested deeper than Python's recursion limit), and JSON cannot "
+            "carry it: publish a value without cycles"
+        ) from None
 
 
 Decode = Optional[Callable[[Any], Any]]
@@ -241,7 +266,7 @@ class Codec(Generic[T]):
             bad = check(value)
             if bad is not _OK:
                 self._refuse(value, bad)
-        return _dumps(value).encode()
+        return encode(value)
 
     def _refuse(self, value: Any, bad: Any) -> None:
         want = _type_name(self.type)
@@ -256,6 +281,10 @@ class Codec(Generic[T]):
     def decode(self, data: bytes) -> T:
         """The value of JSON ``data``: raises ``ValueError`` or ``TypeError``
         when it is not JSON or not of this codec's type."""
-        v = json.loads(data)
+        return self.converted(json.loads(data))
+
+    def converted(self, value: Any) -> T:
+        """A decoded JSON value as this codec's type: raises ``TypeError``
+        when it cannot be."""
         c = self._convert
-        return v if c is None else c(v)
+        return value if c is None else c(value)

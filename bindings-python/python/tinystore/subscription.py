@@ -17,6 +17,10 @@ T = TypeVar("T")
 #: How many events cross from the engine to Python at once, at most.
 BATCH = 256
 
+# The kinds of event in a batch.
+_MESSAGE = 1
+_UNDECODABLE = 2  # a message whose data is not JSON: the event holds the error
+
 Handler = Callable[[Message[T]], Union[None, Awaitable[None]]]
 MissedHandler = Callable[[Missed], Union[None, Awaitable[None]]]
 ErrorHandler = Callable[[Exception], Union[None, Awaitable[None]]]
@@ -80,17 +84,22 @@ class Subscription(Generic[T]):
         await asyncio.shield(self._task)
 
     async def _pump(self) -> None:
-        decode = self._codec.decode
+        convert = self._codec._convert
+        handler = self._handler
         while not self._stopped:
             batch = await _next_batch(self._native, self._watch)
             if not batch:
                 return
-            for is_message, a, b, c in batch:
+            # (kind, seq or count, value or reason or error, branch): see
+            # NativeSubscription.next_batch.
+            for kind, a, b, c in batch:
                 if self._stopped:
                     return
                 try:
-                    if is_message:
-                        out = self._handler(Message(decode(b), c, a))
+                    if kind == _MESSAGE:
+                        out = handler(Message(b if convert is None else convert(b), c, a))
+                    elif kind == _UNDECODABLE:
+                        raise b
                     elif self._on_missed is not None:
                         out = self._on_missed(Missed(a, b))
                     else:
@@ -152,9 +161,11 @@ class Messages(Generic[T]):
                 self._closed = True
                 raise StopAsyncIteration
             self._ready.extend(batch)
-        is_message, a, b, c = self._ready.popleft()
-        if is_message:
-            return Message(self._codec.decode(b), c, a)
+        kind, a, b, c = self._ready.popleft()
+        if kind == _MESSAGE:
+            return Message(self._codec.converted(b), c, a)
+        if kind == _UNDECODABLE:
+            raise b
         return Missed(a, b)
 
     async def aclose(self) -> None:
