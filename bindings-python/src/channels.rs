@@ -55,7 +55,7 @@ impl NativeBranch {
     }
 
     /// Publishes JSON bytes: `None` at once; else, with the running loop's
-    /// `completer`, the id its answer comes out of `drain` under, and
+    /// `completer`, the id its future is settled under by `settle`, and
     /// without, a `Pending`. The future is polled at once, so the message
     /// leaves during this call and publishes keep the caller's order over a
     /// connection too (P2).

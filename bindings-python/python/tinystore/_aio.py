@@ -41,15 +41,8 @@ class _LoopCompleter:
         loop.add_reader(self.native.fileno(), self._drain)
 
     def _drain(self) -> None:
-        futures = self.futures
-        for call, ok, value in self.native.drain():
-            fut = futures.pop(call, None)
-            if fut is None or fut.done():
-                continue  # cancelled: dropping the value lets a lease go
-            if ok:
-                fut.set_result(value)
-            else:
-                fut.set_exception(value)
+        # Cancelled ones are skipped: dropping the value lets a lease go.
+        self.native.settle(self.futures)
 
     def start(self, loop: asyncio.AbstractEventLoop, pending: Any) -> asyncio.Future[Any]:
         call = self.native.start(pending)

@@ -59,11 +59,15 @@ if _c_make_encoder is not None:
     _chunks = _c_make_encoder(
         None, _default, json.encoder.encode_basestring, None, ":", ",", False, False, False
     )
-
-    def _dumps(value: Any) -> str:
-        return "".join(_chunks(value, 0))
 else:
-    _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_default).encode
+    _chunks = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_default).iterencode
+
+_join = "".join
+
+_HOLDS_ITSELF = (
+    "this value holds itself (or is nested deeper than Python's recursion limit), and JSON cannot "
+    "carry it: publish a value without cycles"
+)
 
 
 def encode(value: Any) -> bytes:
@@ -71,12 +75,9 @@ def encode(value: Any) -> bytes:
     cannot carry and ``ValueError`` for NaN or infinity, or for a value that
     holds itself."""
     try:
-        return _dumps(value).encode()
+        return _join(_chunks(value, 0)).encode()
     except RecursionError:
-        raise ValueError(
-            "this value holds itself (or is nested deeper than Python's recursion limit), and JSON cannot "
-            "carry it: publish a value without cycles"
-        ) from None
+        raise ValueError(_HOLDS_ITSELF) from None
 
 
 Decode = Optional[Callable[[Any], Any]]
@@ -266,7 +267,10 @@ class Codec(Generic[T]):
             bad = check(value)
             if bad is not _OK:
                 self._refuse(value, bad)
-        return encode(value)
+        try:  # encode(value), one frame less per publish
+            return _join(_chunks(value, 0)).encode()
+        except RecursionError:
+            raise ValueError(_HOLDS_ITSELF) from None
 
     def _refuse(self, value: Any, bad: Any) -> None:
         want = _type_name(self.type)
