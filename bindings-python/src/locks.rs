@@ -183,7 +183,8 @@ impl NativeLease {
     fn release(&self, py: Python<'_>) -> PyResult<()> {
         let raw = self.raw.lock().take();
         match raw {
-            Some(raw) => error::check(py, py.detach(move || raw.release())),
+            // A waiter of this process granted by it completes on this thread.
+            Some(raw) => error::check(py, py.detach(move || tinystore::runtime::on_loop(|| raw.release()))),
             None => Ok(()),
         }
     }

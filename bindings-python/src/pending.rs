@@ -105,10 +105,14 @@ fn poll_once(py: Python<'_>, mut fut: BoxFuture) -> Result<Outcome, BoxFuture> {
     py.detach(|| {
         let _rt = runtime::handle().enter();
         let mut cx = Context::from_waker(Waker::noop());
-        match fut.as_mut().poll(&mut cx) {
+        // Calls this one completes (a subscription's batch after an owned
+        // publish, a waiter's grant after a release) finish on this thread,
+        // and their loop finds its bell byte without sleeping: no engine
+        // thread woken, and none to wake the loop in turn.
+        runtime::on_loop(|| match fut.as_mut().poll(&mut cx) {
             Poll::Ready(o) => Ok(o),
             Poll::Pending => Err(fut),
-        }
+        })
     })
 }
 

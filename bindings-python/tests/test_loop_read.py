@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import select
+import threading
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator, List, Tuple
@@ -154,3 +155,71 @@ async def test_store_01_after_its_calls_stop_a_connected_program_sleeps(
     used = time.process_time() - before
     # Owner and client both live in this process; spinning for good would use about 0.5 s.
     assert used < 0.06, f"an idle owner and client used {used * 1000:.0f} ms of CPU in 500 ms"
+
+
+def _switches_of_other_threads() -> int:
+    """Times the process's threads other than this one went to sleep and
+    were woken (Linux: /proc/self/task/*/status)."""
+    me = threading.get_native_id()
+    total = 0
+    for task in Path("/proc/self/task").iterdir():
+        if int(task.name) == me:
+            continue
+        try:
+            status = (task / "status").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        total += int(next(l for l in status.splitlines() if l.startswith("voluntary_ctxt_switches")).split()[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts thread wake-ups in /proc")
+async def test_store_01_owned_calls_complete_what_they_let_go_on_the_loops_thread(tmp_path: Path) -> None:
+    # An owned publish completes its subscription's batch, and a release the
+    # grant of a task waiting for the key, on the calling loop's thread:
+    # no engine thread is woken to do it and to wake the loop in turn.
+    async with tinystore.open(tmp_path / "s") as store:
+        ch = store.channel("c")
+        got: List[int] = []
+        arrived = asyncio.Event()
+
+        def handler(m: Any) -> None:
+            got.append(m.value)
+            arrived.set()
+
+        sub = await ch.subscribe(handler)
+        lock = store.lock("l")
+        holding = asyncio.Event()
+        letting_go = asyncio.Event()
+
+        async def holder() -> None:
+            for _ in range(200):
+                async with lock.hold("k"):
+                    holding.set()
+                    await letting_go.wait()
+                    letting_go.clear()
+
+        await ch.publish(0)
+        await until(lambda: got == [0], what="the first message")
+        before = _switches_of_other_threads()
+        for i in range(1, 301):
+            arrived.clear()
+            await ch.publish(i)
+            await asyncio.wait_for(arrived.wait(), 5)
+        task = asyncio.ensure_future(holder())
+        for _ in range(200):
+            await holding.wait()
+            holding.clear()
+            # This task waits for the key while the other holds it...
+            waiting = asyncio.ensure_future(lock.hold("k").__aenter__())
+            await asyncio.sleep(0)
+            letting_go.set()
+            # ...and the other's release grants it.
+            lease = await waiting
+            lease._native.release()
+        await task
+        woken = _switches_of_other_threads() - before
+        assert got == list(range(301))
+        # 500 hand-overs; an engine thread woken for each would be 500 or more.
+        assert woken < 100, woken
+        await sub.stop()
