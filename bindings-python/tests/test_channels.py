@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Generic, List, Optional, TypeVar
 
 import pytest
 
@@ -88,6 +90,40 @@ async def test_chan_01_dataclasses_nested_lists_and_optionals_arrive_as_their_ty
     assert got == sent
     assert isinstance(got[1].score, float) and isinstance(got[1].edited, Author)
     await sub.stop()
+
+
+@dataclass
+class Tree:
+    name: str
+    children: List[Tree]
+    parent: Optional[Tree] = None
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class Box(Generic[T]):
+    item: T
+    items: List[T]
+
+
+async def test_chan_01_dataclasses_that_hold_themselves_and_generic_ones_arrive_as_their_type(
+    store: tinystore.Store,
+) -> None:
+    trees = store.channel("trees", Tree)
+    boxes = store.channel("boxes", Box[Tree])
+    got: List[Any] = []
+    subs = [await trees.subscribe(lambda m: got.append(m.value)), await boxes.subscribe(lambda m: got.append(m.value))]
+    tree = Tree("a", [Tree("b", []), Tree("c", [Tree("d", [])], parent=Tree("a", []))])
+    box = Box(Tree("x", []), [Tree("y", []), Tree("z", [Tree("w", [])])])
+    await trees.publish(tree)
+    await boxes.publish(box)
+    await until(lambda: len(got) == 2)
+    assert got == [tree, box]
+    assert isinstance(got[1].items[1].children[0], Tree)
+    for sub in subs:
+        await sub.stop()
 
 
 async def test_chan_02_publisher_never_waits_and_a_frozen_reader_is_told_the_exact_count(stores: Stores) -> None:
@@ -331,6 +367,30 @@ async def test_a_handler_that_raises_goes_to_on_error_and_the_subscription_goes_
     await sub.stop()
 
 
+async def test_a_handler_that_lets_a_cancellation_out_goes_to_on_error_and_the_subscription_goes_on(
+    store: tinystore.Store,
+) -> None:
+    branch = store.channel("errors").under(2)
+    got: List[int] = []
+    errors: List[Exception] = []
+
+    async def handler(m: tinystore.Message[int]) -> None:
+        if m.value == 1:
+            elsewhere = asyncio.ensure_future(asyncio.sleep(10))
+            asyncio.get_running_loop().call_soon(elsewhere.cancel)
+            await elsewhere  # cancelled by someone else: CancelledError here
+        got.append(m.value)
+
+    sub = await branch.subscribe(handler, on_error=errors.append)
+    for i in range(3):
+        await branch.publish(i)
+    await until(lambda: got == [0, 2])
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
+    assert isinstance(errors[0].__cause__, asyncio.CancelledError) and "CancelledError" in str(errors[0])
+    assert sub.active
+    await sub.stop()
+
+
 async def test_a_handler_error_without_on_error_reaches_the_loops_exception_handler(store: tinystore.Store) -> None:
     branch = store.channel("errors").under(2)
     reported: List[dict[str, Any]] = []
@@ -397,9 +457,40 @@ async def test_a_value_that_holds_itself_is_refused_before_publishing(store: tin
     looped.append(looped)
     with pytest.raises(ValueError, match="holds itself"):
         await branch.publish({"a": looped})
+    # A failed encoding leaves nothing behind that refuses the next values
+    # (json's circular check marks the containers it is inside).
+    for i in range(200):
+        with pytest.raises(TypeError):
+            await branch.publish({"a": [i, {"b": object()}]})
+        await branch.publish({"a": [i, {"b": i}]})
+    with pytest.raises(ValueError, match="lone surrogate"):
+        await branch.publish({"text": "a\ud800b"})
     await branch.publish("probe")
-    await until(lambda: got == ["probe"], what="the probe alone")
+    await until(lambda: len(got) == 201, what="every value")
+    assert got[-1] == "probe" and got[:200] == [{"a": [i, {"b": i}]} for i in range(200)]
     await sub.stop()
+
+
+def test_a_value_that_holds_itself_is_refused_under_a_raised_recursion_limit(tmp_path: Any) -> None:
+    # The circular check, not the recursion limit, stops it: with a limit
+    # raised past what the C stack holds, recursing would crash the process.
+    script = tmp_path / "cycle.py"
+    script.write_text(
+        "import asyncio, sys, tinystore\n"
+        "sys.setrecursionlimit(1_000_000)\n"
+        "async def main():\n"
+        f"    async with tinystore.open({str(tmp_path / 's')!r}) as store:\n"
+        "        v = []\n"
+        "        v.append(v)\n"
+        "        try:\n"
+        "            await store.channel('c').publish(v)\n"
+        "        except ValueError as e:\n"
+        "            print('refused:', e)\n"
+        "asyncio.run(main())\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    assert "refused: this value holds itself" in out.stdout
 
 
 async def test_chan_01_values_arrive_as_json_loads_makes_them(store: tinystore.Store) -> None:

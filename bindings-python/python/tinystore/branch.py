@@ -108,7 +108,10 @@ class Branch(Generic[T]):
           (``"reconnect"`` after a dropped connection).
         - ``on_error(exception)``: called when the handler raises; the
           subscription goes on. Without it, the loop's exception handler
-          reports the error.
+          reports the error. A handler that lets a ``CancelledError`` out
+          (it awaited something cancelled) is reported as a
+          ``RuntimeError`` caused by it; only cancelling the loop's tasks
+          ends the subscription.
         - ``recursive``: also every branch below this one.
 
         Stop it with ``await sub.stop()``; closing the store stops it too.

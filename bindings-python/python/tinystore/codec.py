@@ -21,6 +21,7 @@ import dataclasses
 import enum
 import json
 import sys
+import threading
 import typing
 from typing import Any, Callable, Generic, Optional, TypeVar
 
@@ -50,41 +51,70 @@ try:
 except ImportError:  # a Python without json's C accelerator
     _c_make_encoder = None
 
-if _c_make_encoder is not None:
-    # json's C encoder, made once: ``JSONEncoder.encode`` makes one per call,
-    # three Python frames deep, about half of a small message's encoding.
-    # Without the circular check (it needs a dict of its own per call, and
-    # publishes may run in several threads): a value that holds itself ends
-    # in RecursionError, which ``encode`` turns into json's ValueError.
-    _chunks = _c_make_encoder(
-        None, _default, json.encoder.encode_basestring, None, ":", ",", False, False, False
-    )
-else:
-    _chunks = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_default).iterencode
 
+class _Encoder(threading.local):
+    """json's encoder, made once per thread: ``JSONEncoder.encode`` makes a
+    C encoder per call, three Python frames deep, about half of a small
+    message's encoding. Its circular check marks the containers it is
+    inside in ``markers``, hence one per thread."""
+
+    def __init__(self) -> None:
+        self.markers: dict[int, Any] = {}
+        if _c_make_encoder is not None:
+            self.chunks = _c_make_encoder(
+                self.markers, _default, json.encoder.encode_basestring, None, ":", ",", False, False, False
+            )
+        else:
+            self.chunks = json.JSONEncoder(
+                separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_default
+            ).iterencode
+
+
+_encoder = _Encoder()
 _join = "".join
 
-_HOLDS_ITSELF = (
-    "this value holds itself (or is nested deeper than Python's recursion limit), and JSON cannot "
-    "carry it: publish a value without cycles"
-)
+
+def _failed(e: _Encoder, err: BaseException) -> BaseException:
+    """The error to raise for a value ``e`` could not encode."""
+    # An error leaves the containers it was inside marked: a later value
+    # at one of their addresses would be taken for a cycle.
+    e.markers.clear()
+    if type(err) is ValueError and str(err) == "Circular reference detected":
+        return ValueError("this value holds itself, and JSON cannot carry it: publish a value without cycles")
+    if isinstance(err, UnicodeEncodeError):
+        bad = err.object[err.start : err.end]
+        return ValueError(
+            f"a str in this value holds {bad!r}, a lone surrogate, which UTF-8 (the wire's and every "
+            "language's JSON) cannot carry: publish valid Unicode text"
+        )
+    return err
 
 
 def encode(value: Any) -> bytes:
     """The JSON bytes of ``value``. Raises ``TypeError`` for a value JSON
-    cannot carry and ``ValueError`` for NaN or infinity, or for a value that
-    holds itself."""
+    cannot carry and ``ValueError`` for NaN or infinity, a lone surrogate in
+    a str, or a value that holds itself."""
+    e = _encoder
     try:
-        return _join(_chunks(value, 0)).encode()
-    except RecursionError:
-        raise ValueError(_HOLDS_ITSELF) from None
+        return _join(e.chunks(value, 0)).encode()
+    except BaseException as err:
+        raise _failed(e, err) from None
 
 
 Decode = Optional[Callable[[Any], Any]]
 
 
-def _converter(tp: Any, ns: Optional[dict[str, Any]] = None) -> Decode:
-    """A function from a JSON value to ``tp``; None where nothing is to do."""
+#: Dataclasses (or their generic aliases) whose converter is being made:
+#: a cell that holds it once made.
+_Seen = dict[Any, list[Any]]
+
+
+def _converter(tp: Any, ns: Optional[dict[str, Any]] = None, seen: Optional[_Seen] = None) -> Decode:
+    """A function from a JSON value to ``tp``; None where nothing is to do.
+    ``seen``: the dataclasses being converted further up, for types that
+    hold themselves (``children: list[Tree]``)."""
+    if seen is None:
+        seen = {}
     if tp in _PLAIN or tp is None:
         return None
     if tp is float:
@@ -92,25 +122,27 @@ def _converter(tp: Any, ns: Optional[dict[str, Any]] = None) -> Decode:
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return tp
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _dataclass_converter(tp, ns)
+        return _dataclass_converter(tp, tp, (), ns, seen)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if dataclasses.is_dataclass(origin) and isinstance(origin, type):  # Box[int]
+        return _dataclass_converter(tp, origin, args, ns, seen)
     if origin is typing.Union or (sys.version_info >= (3, 10) and origin is _union_type()):
         rest = [a for a in args if a is not _NONE]
-        inner = _converter(rest[0], ns) if len(rest) == 1 else None
+        inner = _converter(rest[0], ns, seen) if len(rest) == 1 else None
         if inner is None:
             return None
         return lambda v: None if v is None else inner(v)
     if origin in (list, tuple, set, frozenset) or origin in _abc_sequences():
         if origin is tuple:  # tuple[X, ...] converts each item; other tuples carry theirs as is
-            elem = _converter(args[0], ns) if len(args) == 2 and args[1] is Ellipsis else None
+            elem = _converter(args[0], ns, seen) if len(args) == 2 and args[1] is Ellipsis else None
         else:
-            elem = _converter(args[0], ns) if args else None
+            elem = _converter(args[0], ns, seen) if args else None
         make = tuple if origin is tuple else set if origin is set else frozenset if origin is frozenset else list
         if elem is None:
             return None if make is list else (lambda v: v if v is None else make(v))
         return lambda v: v if v is None else make(elem(x) for x in v)
     if origin is dict or origin in _abc_mappings():
-        val = _converter(args[1], ns) if len(args) == 2 else None
+        val = _converter(args[1], ns, seen) if len(args) == 2 else None
         if val is None:
             return None
         return lambda v: v if v is None else {k: val(x) for k, x in v.items()}
@@ -135,7 +167,16 @@ def _abc_mappings() -> tuple[Any, ...]:
     return (c.Mapping, c.MutableMapping)
 
 
-def _dataclass_converter(cls: type, ns: Optional[dict[str, Any]]) -> Callable[[Any], Any]:
+def _dataclass_converter(
+    tp: Any, cls: type, args: tuple[Any, ...], ns: Optional[dict[str, Any]], seen: _Seen
+) -> Callable[[Any], Any]:
+    """``tp``: ``cls`` itself, or ``cls[args]`` for a generic dataclass."""
+    cell = seen.get(tp)
+    if cell is not None:
+        if cell[0] is not None:
+            return cell[0]  # made already, for another field
+        return lambda v: cell[0](v)  # a type that holds itself: its converter, once made
+    cell = seen[tp] = [None]
     try:
         hints = typing.get_type_hints(cls, localns=ns)
     except NameError as e:
@@ -143,7 +184,10 @@ def _dataclass_converter(cls: type, ns: Optional[dict[str, Any]]) -> Callable[[A
             f"the field types of {cls.__name__} could not be resolved ({e}): define the dataclasses "
             "a channel carries at module level"
         ) from e
-    fields = [(f.name, _converter(hints.get(f.name, Any), ns)) for f in dataclasses.fields(cls) if f.init]
+    if args:  # Box[int]: the fields' type variables are args
+        given = dict(zip(getattr(cls, "__parameters__", ()), args))
+        hints = {name: _given(h, given) for name, h in hints.items()}
+    fields = [(f.name, _converter(hints.get(f.name, Any), ns, seen)) for f in dataclasses.fields(cls) if f.init]
 
     def convert(v: Any) -> Any:
         if v is None:
@@ -157,7 +201,22 @@ def _dataclass_converter(cls: type, ns: Optional[dict[str, Any]]) -> Callable[[A
                 kw[name] = x if conv is None else conv(x)
         return cls(**kw)
 
+    cell[0] = convert
     return convert
+
+
+def _given(hint: Any, given: dict[Any, Any]) -> Any:
+    """``hint`` with the type variables of ``given`` replaced (``T`` and
+    ``list[T]`` in a ``Box[int]`` are ``int`` and ``list[int]``)."""
+    if hint in given:
+        return given[hint]
+    params = getattr(hint, "__parameters__", ())
+    if params:
+        try:
+            return hint[tuple(given.get(p, p) for p in params)]
+        except TypeError:
+            return hint
+    return hint
 
 
 _OK = object()
@@ -261,16 +320,18 @@ class Codec(Generic[T]):
     def encode(self, value: Any) -> bytes:
         """The JSON bytes of ``value``. Raises ``InvalidError`` (a
         ``ValueError``) for a value not of this codec's type, ``TypeError``
-        for a value JSON cannot carry and ``ValueError`` for NaN or infinity."""
+        for a value JSON cannot carry and ``ValueError`` for NaN or infinity,
+        a lone surrogate in a str, or a value that holds itself."""
         check = self._check
         if check is not None:
             bad = check(value)
             if bad is not _OK:
                 self._refuse(value, bad)
-        try:  # encode(value), one frame less per publish
-            return _join(_chunks(value, 0)).encode()
-        except RecursionError:
-            raise ValueError(_HOLDS_ITSELF) from None
+        e = _encoder  # encode(value), one frame less per publish
+        try:
+            return _join(e.chunks(value, 0)).encode()
+        except BaseException as err:
+            raise _failed(e, err) from None
 
     def _refuse(self, value: Any, bad: Any) -> None:
         want = _type_name(self.type)

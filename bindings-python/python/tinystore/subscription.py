@@ -28,6 +28,13 @@ ErrorHandler = Callable[[Exception], Union[None, Awaitable[None]]]
 _running: set[asyncio.Task[None]] = set()
 
 
+def _cancelled(task: Optional[asyncio.Task[Any]]) -> bool:
+    """Whether ``task`` was asked to cancel (before Python 3.11, which
+    cannot tell: always)."""
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling is None or cancelling() > 0
+
+
 async def _next_batch(native: Any, watch: Optional[_aio.LoopWatch]) -> list[Any]:
     r = native.next_batch(BATCH)
     if type(r) is _aio.Pending:
@@ -108,6 +115,18 @@ class Subscription(Generic[T]):
                         await out
                 except Exception as e:  # the subscription goes on
                     await self._report(e)
+                except asyncio.CancelledError as e:
+                    if _cancelled(asyncio.current_task()):
+                        raise  # this subscription's own task (its loop is ending)
+                    # The handler's own: it awaited something that was
+                    # cancelled. Reported as an Exception, as a generator's
+                    # stray StopIteration is (PEP 479).
+                    err = RuntimeError(
+                        "the handler raised CancelledError (it awaited something that was cancelled); "
+                        "the subscription goes on"
+                    )
+                    err.__cause__ = e
+                    await self._report(err)
 
     async def _report(self, e: Exception) -> None:
         if self._on_error is not None:
