@@ -702,7 +702,8 @@ impl Client {
                     *self.conn.lock() = None;
                     let pending: Vec<_> = conn.pending.lock().drain().collect();
                     for (_, (a, _)) in pending {
-                        a.give(Err(unanswered()));
+                        let e = unanswered(&a);
+                        a.give(Err(e));
                     }
                 }
                 Err(_) => {
@@ -1118,10 +1119,8 @@ impl Client {
             c.sink.close();
             let pending: Vec<_> = c.pending.lock().drain().collect();
             for (_, (a, _)) in pending {
-                a.give(Err(Error::new(
-                    ErrorKind::Closed,
-                    "the store was closed before the owner answered this call: it may have taken effect (a publish may have been delivered); open it again to go on",
-                )));
+                let e = cut_off(&a, "the store was closed before the owner answered this call", "open it again to go on");
+                a.give(Err(e));
             }
         }
         self.connected.notify_waiters();
@@ -1208,11 +1207,15 @@ fn disconnected() -> Error {
 }
 
 /// For a request sent and not answered when the connection dropped.
-fn unanswered() -> Error {
-    Error::new(
-        ErrorKind::Closed,
-        "disconnected from the store before it answered: the request may have taken effect (a publish may have been delivered); the client is reconnecting",
-    )
+/// For a request the connection dropped before its answer came.
+fn unanswered(a: &Answer) -> Error {
+    cut_off(a, "disconnected from the store before it answered", "the client is reconnecting")
+}
+
+/// `why` the answer to `a` will not come, and what `then`.
+fn cut_off(a: &Answer, why: &str, then: &str) -> Error {
+    let what = if matches!(a, Answer::Publish(_)) { " (the publish may have been delivered)" } else { "" };
+    Error::new(ErrorKind::Closed, format!("{why}: it may have taken effect{what}; {then}"))
 }
 
 fn is_disconnected(e: &Error) -> bool {

@@ -60,6 +60,12 @@ class Branch(Generic[T]):
         connected, while the connection is down: nothing is buffered
         silently).
 
+        Connected, the future can still fail once the message was sent: with ``ClosedError``
+        when the connection drops before the owner answered, and with
+        ``TimeoutError`` when the owner does not answer within 10 s (a
+        frozen process). Either error says the message may have been
+        delivered (or may yet be): retrying may deliver it twice.
+
         Call it from a running event loop, like any asyncio API: in a
         thread without one it raises ``RuntimeError`` and publishes nothing
         (from a worker thread, hand the publish to the loop with

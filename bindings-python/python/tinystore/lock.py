@@ -159,6 +159,16 @@ class Lock(_Handle):
         never awaited. A hold of a key this task already holds raises
         :class:`tinystore.ConflictError` at once; so does the first hold of
         a handle whose name the owner has as a semaphore (connected).
+
+        Connected, when the owner goes away while this waits, the hold asks
+        again once the connection is back (another process may have taken
+        the store over), with what is left of ``wait``; it fails with
+        :class:`tinystore.ClosedError` when the store is not back within
+        ``wait`` plus 5 s. An owner that stops answering without the
+        connection dropping (a frozen process) fails it with
+        :class:`tinystore.TimeoutError` after ``wait`` plus the 10 s
+        request timeout. Either way the block never starts after ``wait``:
+        the owner refuses a grant that would come later.
         """
         return _Hold(self._native, key, wait, Lease, self._watch)
 

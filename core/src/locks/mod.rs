@@ -115,6 +115,11 @@ struct Waiter {
     terms: Terms,
     tx: Granted,
     timer: Option<WaitTimer>,
+    /// The end of its wait: past it, the waiter is told `timeout` even if
+    /// the key comes free before its timer runs (a process frozen past it,
+    /// then resumed, reads the release first).
+    until: Instant,
+    wait: Duration,
 }
 
 /// Called with the lease when a waiter's turn comes (or with why not): gives
@@ -372,8 +377,9 @@ impl Table {
         }
         let id = self.ids.fetch_add(1, Ordering::Relaxed);
         let due = Arc::new(WaitDue { table: Arc::downgrade(self), key: key.clone(), id, wait });
-        let timer_key = runtime::schedule(Instant::now() + wait, Arc::downgrade(&due) as std::sync::Weak<dyn runtime::Due>);
-        ks.waiters.push_back(Waiter { id, holder, terms, tx, timer: Some(WaitTimer { _due: due, key: timer_key }) });
+        let until = Instant::now() + wait;
+        let timer_key = runtime::schedule(until, Arc::downgrade(&due) as std::sync::Weak<dyn runtime::Due>);
+        ks.waiters.push_back(Waiter { id, holder, terms, tx, timer: Some(WaitTimer { _due: due, key: timer_key }), until, wait });
         Ok(Queued::InLine(id))
     }
 
@@ -388,14 +394,18 @@ impl Table {
             }
             w
         };
-        let _ = w.tx.send(Err(Error::new(
+        let _ = w.tx.send(Err(self.waited_too_long(key, wait)));
+    }
+
+    fn waited_too_long(&self, key: &Key, wait: Duration) -> Error {
+        Error::new(
             ErrorKind::Timeout,
             format!(
                 "key {key} of {:?} stayed held for the whole wait of {}: nothing ran; retry later, or give hold a longer wait",
                 &*self.name,
                 format_duration(wait)
             ),
-        )));
+        )
     }
 
     /// True while waiter `id` is in line for `key`.
@@ -436,6 +446,11 @@ impl Table {
             let Some(w) = ks.waiters.pop_front() else { break };
             if let Some(t) = w.timer {
                 t.cancel();
+            }
+            if Instant::now() >= w.until {
+                // Its wait ran out before its timer could say so.
+                let _ = w.tx.send(Err(self.waited_too_long(key, w.wait)));
+                continue;
             }
             let lease = self.grant(key, ks, w.holder, w.terms);
             if let Some(lease) = w.tx.send(Ok(lease)) {
@@ -494,5 +509,40 @@ impl Drop for LeaveQueue<'_> {
         if self.armed {
             self.table.leave_queue(self.key, self.id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_03_a_waiter_past_its_wait_is_told_timeout_even_when_its_timer_is_late() {
+        let locks = Locks::new(1);
+        let t = locks.table("l", Kind::Lock).expect("a lock");
+        let key = Key::from("k");
+        let held = t.try_acquire(key.clone(), Holder(1), Terms::default()).expect("free").expect("taken");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let on_grant: OnGrant = Box::new(move |r| match r {
+            Ok(lease) => {
+                let _ = tx.send(Ok(()));
+                Some(lease) // given back: nobody holds it
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                None
+            }
+        });
+        let queued = t.acquire_or_queue(&key, Holder(2), Terms::default(), Duration::from_millis(20), on_grant).expect("queued");
+        assert!(matches!(queued, Queued::InLine(_)));
+        // Its timer is late (its process was frozen): it has not run when
+        // the key comes free after the wait.
+        let timer = t.keys.lock().get_mut(&key).and_then(|ks| ks.waiters.front_mut()).and_then(|w| w.timer.take());
+        timer.expect("a wait timer").cancel();
+        std::thread::sleep(Duration::from_millis(40));
+        held.release().expect("released");
+        let told = rx.recv_timeout(Duration::from_secs(5)).expect("the waiter was told");
+        assert_eq!(told.map_err(|e| e.kind()), Err(ErrorKind::Timeout), "granted after its wait");
+        assert!(t.try_acquire(key, Holder(3), Terms::default()).expect("open").is_some(), "the key is free");
     }
 }
