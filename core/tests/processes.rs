@@ -416,3 +416,23 @@ fn wire_01_lock_03_a_quiet_release_lets_go_and_is_not_answered() {
     assert_eq!(a["id"], 6);
     assert!(a["ok"]["lease"].is_u64(), "{a}");
 }
+
+/// CHAN-01 from the command line: `channels publish` takes any JSON value,
+/// a negative number too (not taken for an option).
+#[test]
+fn chan_01_the_cli_publishes_a_negative_number() {
+    let d = common::dir();
+    let _server = Server::start(d.path());
+    let store = connect(d.path());
+    let mut it = store.channel::<f64>("c").open().unwrap().under(1).messages().unwrap();
+    for json in ["-1", "-0.5e3"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tinystore"))
+            .args(["channels", "publish", d.path().to_str().unwrap(), "c", json, "--under", "1"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{json}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    for want in [-1.0, -500.0] {
+        assert!(matches!(it.next_timeout(Duration::from_secs(5)).unwrap(), Some(Delivery::Message(m)) if m.value == want));
+    }
+}

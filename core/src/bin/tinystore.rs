@@ -75,7 +75,8 @@ enum ChannelAction {
         target: String,
         /// The channel, like chat-events.
         channel: String,
-        /// The message, as JSON: '{"kind":"message","id":7}'.
+        /// The message, as JSON: '{"kind":"message","id":7}' (or -1).
+        #[arg(allow_negative_numbers = true)]
         json: String,
         /// The branch, one key per --under (repeat to nest).
         #[arg(long)]
