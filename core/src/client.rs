@@ -1207,7 +1207,6 @@ fn disconnected() -> Error {
 }
 
 /// For a request sent and not answered when the connection dropped.
-/// For a request the connection dropped before its answer came.
 fn unanswered(a: &Answer) -> Error {
     cut_off(a, "disconnected from the store before it answered", "the client is reconnecting")
 }

@@ -60,11 +60,11 @@ class Branch(Generic[T]):
         connected, while the connection is down: nothing is buffered
         silently).
 
-        Connected, the future can still fail once the message was sent: with ``ClosedError``
-        when the connection drops before the owner answered, and with
-        ``TimeoutError`` when the owner does not answer within 10 s (a
-        frozen process). Either error says the message may have been
-        delivered (or may yet be): retrying may deliver it twice.
+        Connected, the future can still fail once the message was sent:
+        with ``ClosedError`` when the connection drops before the owner
+        answered, and with ``TimeoutError`` when the owner does not answer
+        within 10 s (a frozen process). Either error says the message may
+        have been delivered (or may yet be): retrying may deliver it twice.
 
         Call it from a running event loop, like any asyncio API: in a
         thread without one it raises ``RuntimeError`` and publishes nothing
@@ -85,7 +85,7 @@ class Branch(Generic[T]):
             c = w.ensure(loop)
             r = self._native.publish(data, c.native)
             if r is not None:
-                # Settled by the completer's drain. Nothing to call off when
+                # Settled by the completer (settle). Nothing to call off when
                 # it is cancelled: the message has left.
                 fut = loop.create_future()
                 c.futures[r] = fut
@@ -114,10 +114,10 @@ class Branch(Generic[T]):
           (``"reconnect"`` after a dropped connection).
         - ``on_error(exception)``: called when the handler raises; the
           subscription goes on. Without it, the loop's exception handler
-          reports the error. A handler that lets a ``CancelledError`` out
-          (it awaited something cancelled) is reported as a
-          ``RuntimeError`` caused by it; only cancelling the loop's tasks
-          ends the subscription.
+          reports the error. From Python 3.11, a handler that lets a
+          ``CancelledError`` out (it awaited something cancelled) is
+          reported as a ``RuntimeError`` caused by it, and only cancelling
+          the subscription's own task (its loop ending) ends it.
         - ``recursive``: also every branch below this one.
 
         Stop it with ``await sub.stop()``; closing the store stops it too.
