@@ -352,27 +352,35 @@ async def test_chan_07_c13_a_message_over_1_mib_is_refused_and_nothing_is_publis
 async def test_a_handler_that_raises_goes_to_on_error_and_the_subscription_goes_on(store: tinystore.Store) -> None:
     branch = store.channel("errors").under(1)
     got: List[int] = []
-    errors: List[BaseException] = []
 
     def handler(m: tinystore.Message[int]) -> None:
         if m.value == 1:
             raise KeyError("one")
         got.append(m.value)
 
+    errors = await _errors_while_0_1_2_are_handled(branch, handler, got)
+    assert len(errors) == 1 and isinstance(errors[0], KeyError)
+
+
+async def _errors_while_0_1_2_are_handled(branch: Any, handler: Any, got: List[int]) -> List[Exception]:
+    """Publishes 0, 1 and 2 to a subscription with ``handler`` (which fails
+    on 1); what ``on_error`` got once 0 and 2 arrived, the subscription
+    still running."""
+    errors: List[Exception] = []
     sub = await branch.subscribe(handler, on_error=errors.append)
     for i in range(3):
         await branch.publish(i)
     await until(lambda: got == [0, 2])
-    assert len(errors) == 1 and isinstance(errors[0], KeyError)
+    assert sub.active
     await sub.stop()
+    return errors
 
 
 async def test_a_handler_that_lets_a_cancellation_out_goes_to_on_error_and_the_subscription_goes_on(
     store: tinystore.Store,
 ) -> None:
-    branch = store.channel("errors").under(2)
+    branch = store.channel("errors").under(3)
     got: List[int] = []
-    errors: List[Exception] = []
 
     async def handler(m: tinystore.Message[int]) -> None:
         if m.value == 1:
@@ -381,14 +389,9 @@ async def test_a_handler_that_lets_a_cancellation_out_goes_to_on_error_and_the_s
             await elsewhere  # cancelled by someone else: CancelledError here
         got.append(m.value)
 
-    sub = await branch.subscribe(handler, on_error=errors.append)
-    for i in range(3):
-        await branch.publish(i)
-    await until(lambda: got == [0, 2])
+    errors = await _errors_while_0_1_2_are_handled(branch, handler, got)
     assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
     assert isinstance(errors[0].__cause__, asyncio.CancelledError) and "CancelledError" in str(errors[0])
-    assert sub.active
-    await sub.stop()
 
 
 async def test_a_handler_error_without_on_error_reaches_the_loops_exception_handler(store: tinystore.Store) -> None:
