@@ -26,6 +26,9 @@ impl NativeBranch {
     pub fn new(store: Store, channel: Arc<str>, keys: Vec<Key>) -> NativeBranch {
         NativeBranch { inner: Arc::new(Branch { store, channel, keys }) }
     }
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
     pub fn channel(&self) -> &str {
         &self.inner.channel
     }

@@ -14,6 +14,7 @@ from typing import Any, Generic, List, Optional, TypeVar
 
 import pytest
 
+import codec_models
 import tinystore
 from tinystore import _aio
 from conftest import LOG, MIGRATIONS, Stores, told_exactly, until
@@ -122,6 +123,44 @@ async def test_chan_01_dataclasses_that_hold_themselves_and_generic_ones_arrive_
     await until(lambda: len(got) == 2)
     assert got == [tree, box]
     assert isinstance(got[1].items[1].children[0], Tree)
+    for sub in subs:
+        await sub.stop()
+
+
+async def test_chan_01_field_types_are_looked_up_in_the_dataclass_module_first(store: tinystore.Store) -> None:
+    @dataclass
+    class Item:  # the caller's own, unrelated to codec_models.Item
+        label: str
+
+    T = TypeVar("T")  # and its own T  # noqa: F841
+
+    def make_node() -> Any:
+        @dataclass
+        class Node:  # made in a function, and holding itself
+            v: int
+            parent: Optional[Node] = None
+
+        return Node
+
+    Node = make_node()
+    channels = [
+        store.channel("orders", codec_models.Order),
+        store.channel("crates", codec_models.Crate[codec_models.Leaf]),
+        store.channel("nodes", Node),
+    ]
+    sent = [
+        codec_models.Order(1, [codec_models.Item("abc", 2)]),
+        codec_models.Crate(codec_models.Leaf("a"), [codec_models.Leaf("b")]),
+        Node(1, Node(2)),
+    ]
+    got: List[Any] = []
+    subs = [await ch.subscribe(lambda m: got.append(m.value)) for ch in channels]
+    for ch, v in zip(channels, sent):
+        await ch.publish(v)
+    await until(lambda: len(got) == 3)
+    assert got == sent
+    assert isinstance(got[0].items[0], codec_models.Item) and isinstance(got[1].items[0], codec_models.Leaf)
+    assert isinstance(got[2].parent, Node)
     for sub in subs:
         await sub.stop()
 
@@ -392,6 +431,67 @@ async def test_a_handler_that_lets_a_cancellation_out_goes_to_on_error_and_the_s
     errors = await _errors_while_0_1_2_are_handled(branch, handler, got)
     assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
     assert isinstance(errors[0].__cause__, asyncio.CancelledError) and "CancelledError" in str(errors[0])
+
+
+async def test_an_on_error_that_lets_a_cancellation_out_is_reported_and_the_subscription_goes_on(
+    store: tinystore.Store,
+) -> None:
+    branch = store.channel("errors").under(4)
+    got: List[int] = []
+    told: List[Any] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: told.append(context["exception"]))
+
+    def handler(m: tinystore.Message[int]) -> None:
+        if m.value == 1:
+            raise KeyError("one")
+        got.append(m.value)
+
+    async def on_error(e: Exception) -> None:
+        elsewhere = asyncio.ensure_future(asyncio.sleep(10))  # reporting it somewhere...
+        loop.call_soon(elsewhere.cancel)  # ...cancelled by someone else
+        await elsewhere
+
+    try:
+        sub = await branch.subscribe(handler, on_error=on_error)
+        for i in range(3):
+            await branch.publish(i)
+        await until(lambda: got == [0, 2])
+        assert sub.active
+        assert len(told) == 1 and isinstance(told[0], RuntimeError) and "on_error" in str(told[0])
+        await sub.stop()
+    finally:
+        loop.set_exception_handler(None)
+
+
+def test_a_loop_ends_when_a_handler_swallows_its_cancellation(tmp_path: Any) -> None:
+    # The store outlives the loop (a module global), and the handler awaits
+    # when asyncio.run ends: it catches the CancelledError to clean up, or
+    # turns it into its own error. The subscription's task ends anyway.
+    script = tmp_path / "swallow.py"
+    script.write_text(
+        "import asyncio, sys, tinystore\n"
+        "STORES = []\n"
+        "async def main():\n"
+        f"    store = await tinystore.open({str(tmp_path / 's')!r})\n"
+        "    STORES.append(store)\n"
+        "    started = asyncio.Event()\n"
+        "    async def handler(m):\n"
+        "        started.set()\n"
+        "        try:\n"
+        "            await asyncio.sleep(30)\n"
+        "        except asyncio.CancelledError:\n"
+        "            if m.value == 'convert':\n"
+        "                raise RuntimeError('aborted')\n"
+        "    await store.channel('c').subscribe(handler, on_error=lambda e: None)\n"
+        "    await store.channel('c').publish(sys.argv[1])\n"
+        "    await started.wait()\n"
+        "asyncio.run(main())\n"
+        "print('ended')\n"
+    )
+    for how in ("swallow", "convert"):
+        out = subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0 and "ended" in out.stdout, (how, out.returncode, out.stderr[-2000:])
 
 
 async def test_a_handler_error_without_on_error_reaches_the_loops_exception_handler(store: tinystore.Store) -> None:

@@ -104,3 +104,34 @@ async def test_chan_03_a_thousand_transactions_at_once_queue_for_the_writer(stor
         await asyncio.sleep(0.02)
     await sub.stop()
     assert len(got) == 1000
+
+
+async def test_chan_03_a_transaction_refuses_a_channel_of_another_store(stores, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # Its commit publishes to its database's store: a channel taken from
+    # another handle would have been published there, where nobody of the
+    # other store listens.
+    store = await stores.open()
+    other = await tinystore.open(tmp_path / "other")
+    try:
+        db = await store.database("chat", migrations=MIGRATIONS)
+        here: list[object] = []
+        there: list[object] = []
+        subs = [await store.channel("ev").subscribe(here.append), await other.channel("ev").subscribe(there.append)]
+
+        async def write(tx: tinystore.SqlTx) -> None:
+            await tx.exec("insert into chats (title) values (?)", "t")
+            await tx.with_(other.channel("ev")).publish("to the other store")
+
+        with pytest.raises(tinystore.InvalidError, match="another store handle"):
+            await db.tx(write)
+        assert await db.query("select count(*) as n from chats") == [{"n": 0}]  # rolled back
+        await store.channel("ev").publish("probe")
+        for _ in range(100):
+            if here:
+                break
+            await asyncio.sleep(0.01)
+        assert [m.value for m in here] == ["probe"] and there == []  # type: ignore[attr-defined]
+        for sub in subs:
+            await sub.stop()
+    finally:
+        await other.close()

@@ -398,8 +398,21 @@ impl Tx {
     pub fn with<'t, T>(&'t self, channel: &Channel<T>) -> TxBranch<'t, T> {
         TxBranch { tx: self, branch: channel.root().clone() }
     }
+    /// Refuses a channel of another store handle (`invalid`): the commit
+    /// publishes to the database's store, and that one's subscribers would
+    /// never hear of it.
+    pub fn check_store(&self, store: &Store) -> Result<()> {
+        let own = &self.w.as_ref().expect("a transaction has its writer until it ends").db.store;
+        if own.same_handle(store) {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            "this channel belongs to another store handle than the database of this transaction: a transaction publishes to its database's store; take the channel from that store (store.channel(...)) with the same handle",
+        ))
+    }
+
     /// Holds JSON bytes for `branch` of `channel` until the commit (the
-    /// bindings' boundary). Checked now: `invalid`, `limit`.
+    /// bindings' boundary; see [`Tx::check_store`]). Checked now: `invalid`, `limit`.
     pub fn publish_raw(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
         check_name("channel", channel)?;
         branch.iter().try_for_each(Key::check)?;
@@ -466,6 +479,7 @@ impl<'t, T: Serialize> TxBranch<'t, T> {
     /// Publishes `value` when the transaction commits; nothing if it rolls
     /// back. Errors now: `limit` (over 1 MiB), `invalid`.
     pub fn publish(&self, value: &T) -> Result<()> {
+        self.tx.check_store(self.branch.store())?;
         let data = serde_json::to_vec(value)?.into_boxed_slice();
         self.tx.publish_raw(self.branch.channel(), self.branch.path(), data)
     }

@@ -459,6 +459,11 @@ impl Store {
         )))
     }
 
+    /// True for two handles of one `open` or `connect` (clones).
+    pub fn same_handle(&self, other: &Store) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     pub(crate) fn check_open(&self) -> Result<()> {
         runtime::check_not_forked()?;
         if self.is_closed() { Err(Error::closed()) } else { Ok(()) }

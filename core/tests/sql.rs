@@ -319,3 +319,26 @@ fn chan_03_a_client_that_cannot_reach_the_stores_files_is_told_so() {
     assert!(e.message().contains("not on this machine"), "{e}");
     drop(owner);
 }
+
+/// CHAN-03: a transaction publishes to its database's store, so a channel
+/// of another store is refused at publish (`invalid`), and nothing of the
+/// transaction is written.
+#[test]
+fn chan_03_a_transaction_refuses_a_channel_of_another_store() {
+    let (store, _d) = common::store();
+    let (other, _d2) = common::store();
+    let db = chat_db(&store);
+    let elsewhere = other.channel::<i64>("chat-events").open().unwrap();
+    let e = db
+        .tx(|tx| -> tinystore::Result<()> {
+            tx.exec(sql!("insert into chats (id, title) values (?, ?)", 8, "eight"))?;
+            tx.with(&elsewhere).under(8).publish(&1)
+        })
+        .unwrap_err();
+    assert_eq!(e.kind(), tinystore::ErrorKind::Invalid, "{e}");
+    assert!(e.message().contains("another store handle"), "{e}");
+    let rows: Vec<Count> = db.query(sql!("select count(*) as n from chats where id = 8")).unwrap();
+    assert_eq!(rows[0].n, 0, "rolled back");
+    let here = store.channel::<i64>("chat-events").open().unwrap();
+    db.tx(|tx| tx.with(&here).under(8).publish(&2)).unwrap();
+}

@@ -177,13 +177,7 @@ def _dataclass_converter(
             return cell[0]  # made already, for another field
         return lambda v: cell[0](v)  # a type that holds itself: its converter, once made
     cell = seen[tp] = [None]
-    try:
-        hints = typing.get_type_hints(cls, localns=ns)
-    except NameError as e:
-        raise TypeError(
-            f"the field types of {cls.__name__} could not be resolved ({e}): define the dataclasses "
-            "a channel carries at module level"
-        ) from e
+    hints = _hints(cls, ns)
     if args:  # Box[int]: the fields' type variables are args
         given = dict(zip(getattr(cls, "__parameters__", ()), args))
         hints = {name: _given(h, given) for name, h in hints.items()}
@@ -203,6 +197,25 @@ def _dataclass_converter(
 
     cell[0] = convert
     return convert
+
+
+def _hints(cls: type, ns: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """The field types of ``cls``, their names looked up in its own module
+    first (and its own name, for a class made in a function), then in the
+    caller's names ``ns`` (for classes defined next to it in a function):
+    a caller's own ``Item`` or ``T`` does not stand in for the module's."""
+    own = {cls.__name__: cls}
+    try:
+        return typing.get_type_hints(cls, localns=own)
+    except NameError:
+        pass
+    try:
+        return typing.get_type_hints(cls, localns={**(ns or {}), **own})
+    except NameError as e:
+        raise TypeError(
+            f"the field types of {cls.__name__} could not be resolved ({e}): define the dataclasses "
+            "a channel carries at module level"
+        ) from e
 
 
 def _given(hint: Any, given: dict[Any, Any]) -> Any:

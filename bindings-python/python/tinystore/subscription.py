@@ -28,11 +28,24 @@ ErrorHandler = Callable[[Exception], Union[None, Awaitable[None]]]
 _running: set[asyncio.Task[None]] = set()
 
 
-def _cancelled(task: Optional[asyncio.Task[Any]]) -> bool:
-    """Whether ``task`` was asked to cancel (before Python 3.11, which
-    cannot tell: always)."""
+def _asked_to_cancel(task: Optional[asyncio.Task[Any]]) -> Optional[bool]:
+    """Whether ``task`` was asked to cancel; None before Python 3.11, which
+    cannot tell."""
     cancelling = getattr(task, "cancelling", None)
-    return cancelling is None or cancelling() > 0
+    return None if cancelling is None else cancelling() > 0
+
+
+def _stray(e: asyncio.CancelledError, who: str) -> RuntimeError:
+    """A CancelledError that ``who`` let out, as an Exception (as a
+    generator's stray StopIteration is, PEP 479); re-raised when it is the
+    subscription's own (its task was asked to cancel: the loop is ending)."""
+    if _asked_to_cancel(asyncio.current_task()) is not False:
+        raise e
+    err = RuntimeError(
+        f"{who} raised CancelledError (it awaited something that was cancelled); the subscription goes on"
+    )
+    err.__cause__ = e
+    return err
 
 
 async def _next_batch(native: Any, watch: Optional[_aio.LoopWatch]) -> list[Any]:
@@ -93,14 +106,17 @@ class Subscription(Generic[T]):
     async def _pump(self) -> None:
         convert = self._codec._convert
         handler = self._handler
-        while not self._stopped:
+        me = asyncio.current_task()
+        # Also ends when a handler swallowed this task's cancellation
+        # (asyncio.run ending would wait for it forever).
+        while not (self._stopped or _asked_to_cancel(me)):
             batch = await _next_batch(self._native, self._watch)
             if not batch:
                 return
             # (kind, seq or count, value or reason or error, branch): see
             # NativeSubscription.next_batch.
             for kind, a, b, c in batch:
-                if self._stopped:
+                if self._stopped or _asked_to_cancel(me):
                     return
                 try:
                     if kind == _MESSAGE:
@@ -116,17 +132,7 @@ class Subscription(Generic[T]):
                 except Exception as e:  # the subscription goes on
                     await self._report(e)
                 except asyncio.CancelledError as e:
-                    if _cancelled(asyncio.current_task()):
-                        raise  # this subscription's own task (its loop is ending)
-                    # The handler's own: it awaited something that was
-                    # cancelled. Reported as an Exception, as a generator's
-                    # stray StopIteration is (PEP 479).
-                    err = RuntimeError(
-                        "the handler raised CancelledError (it awaited something that was cancelled); "
-                        "the subscription goes on"
-                    )
-                    err.__cause__ = e
-                    await self._report(err)
+                    await self._report(_stray(e, "the handler"))
 
     async def _report(self, e: Exception) -> None:
         if self._on_error is not None:
@@ -137,6 +143,8 @@ class Subscription(Generic[T]):
                 return
             except Exception as again:
                 e = again
+            except asyncio.CancelledError as again:
+                e = _stray(again, "on_error")
         asyncio.get_running_loop().call_exception_handler(
             {"message": "a tinystore subscription's handler raised", "exception": e, "subscription": self}
         )

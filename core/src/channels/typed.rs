@@ -122,6 +122,11 @@ impl<T> Branch<T> {
         &self.channel
     }
 
+    /// The store the branch publishes to.
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
     fn check_path(&self) -> Result<()> {
         self.path.iter().try_for_each(Key::check)
     }
