@@ -870,6 +870,11 @@ impl Client {
         true
     }
 
+    /// Ok while connected now; else `closed` saying why.
+    pub(crate) fn check_connected(&self) -> Result<()> {
+        self.current().map(drop)
+    }
+
     fn current(&self) -> Result<Arc<Conn>> {
         if self.closed.load(Ordering::Acquire) || self.closing.load(Ordering::Acquire) {
             return Err(Error::closed());
@@ -1056,7 +1061,21 @@ impl Client {
                     let lease = RemoteLease::new(self, id, ok.fence, key.clone(), ttl, granted, terms.max_hold);
                     self.leases.lock().insert(id, lease.clone());
                     lease.start();
-                    return Ok(Some(RemoteLeaseHandle { lease }));
+                    let handle = RemoteLeaseHandle { lease };
+                    if let Some(w) = wait.filter(|w| !w.is_zero() && started.elapsed() > *w) {
+                        // The owner granted it in time by its own clock, but
+                        // the request reached it late (it was frozen): this
+                        // hold's wait is over, so the key goes to the next.
+                        let _ = handle.release();
+                        return Err(Error::new(
+                            ErrorKind::Timeout,
+                            format!(
+                                "key {key} of {lock:?} was granted only after the wait of {} had passed (the store was slow to answer): it was let go and nothing ran; retry",
+                                crate::limits::format_duration(w)
+                            ),
+                        ));
+                    }
+                    return Ok(Some(handle));
                 }
                 Err(e) if is_disconnected(&e) && self.reconnected(until).await => continue,
                 Err(e) => return Err(e),

@@ -509,8 +509,17 @@ impl Conn {
                     match r {
                         Ok(raw) => {
                             // A waiter whose client went silent for its ttl (a
-                            // frozen process) or went away is passed over (L1).
+                            // frozen process) or went away is passed over (L1),
+                            // and told so if it is still there.
                             if out.closed.load(Ordering::Acquire) || out.last_heard.lock().elapsed() > ttl {
+                                let e = Error::new(
+                                    ErrorKind::Timeout,
+                                    format!(
+                                        "the key's turn came while this process had been silent for longer than its ttl of {} (frozen?), so it went to the next waiter: nothing ran; hold again",
+                                        crate::limits::format_duration(ttl)
+                                    ),
+                                );
+                                answer_err(&out, id, &e);
                                 return Some(raw);
                             }
                             let ok = server.grant(raw, &session, hold, &out, started.elapsed());

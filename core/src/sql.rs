@@ -422,13 +422,17 @@ impl Tx {
     }
 
     /// Commits, then delivers what was published in it, in order. Errors:
-    /// `sql` or `busy` when the commit failed (then nothing is delivered).
+    /// `sql` or `busy` when the commit failed (then nothing is delivered);
+    /// `closed` when it published and the store is closed or, connected,
+    /// its owner is out of reach (then it is rolled back); `closed` saying
+    /// the rows stand when the owner went away while its messages left.
     pub fn commit(mut self) -> Result<()> {
         let w = self.w.take().expect("a transaction has its writer until it ends");
-        // A closed store could not deliver what the transaction published:
-        // roll back rather than commit rows whose news would be lost (CHAN-03).
+        // A closed store (or one whose owner is out of reach) could not
+        // deliver what the transaction published: roll back rather than
+        // commit rows whose news would be lost (CHAN-03).
         if !self.pending.lock().is_empty()
-            && let Err(e) = w.db.store.check_open()
+            && let Err(e) = w.db.store.check_can_publish()
         {
             let _ = w.conn().execute_batch("rollback");
             return Err(Error::new(
@@ -441,12 +445,28 @@ impl Tx {
             return Err(e.into());
         }
         // Still holding the writer: per-branch order is commit order.
-        for p in std::mem::take(&mut *self.pending.lock()) {
-            // Checked when published; the commit stands even if the store
-            // closed since, and then nobody listens.
-            let _ = w.db.store.publish_now(&p.channel, &p.branch, p.data);
+        let pending = std::mem::take(&mut *self.pending.lock());
+        let (all, mut lost, mut first) = (pending.len(), 0, None);
+        for p in pending {
+            // Checked when published; what fails now is the way to the
+            // owner (it went away since the check above).
+            if let Err(e) = w.db.store.publish_now(&p.channel, &p.branch, p.data) {
+                lost += 1;
+                first.get_or_insert(e);
+            }
         }
-        Ok(())
+        match first {
+            None => Ok(()),
+            // The rows stand: said plainly, so that nobody retries the
+            // whole transaction and writes them twice.
+            Some(e) => Err(Error::new(
+                e.kind(),
+                format!(
+                    "the transaction was committed, but {lost} of its {all} messages may not have been delivered ({}): its rows stand; do not run it again, tell readers another way",
+                    e.message()
+                ),
+            )),
+        }
     }
 
     /// Rolls back: nothing written or published in it remains.

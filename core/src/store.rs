@@ -469,6 +469,15 @@ impl Store {
         if self.is_closed() { Err(Error::closed()) } else { Ok(()) }
     }
 
+    /// Ok while a publish could leave now: open, and connected if a client.
+    pub(crate) fn check_can_publish(&self) -> Result<()> {
+        self.check_open()?;
+        match &self.inner.backend {
+            Backend::Connected(c) => c.check_connected(),
+            Backend::Owned(_) => Ok(()),
+        }
+    }
+
     /// Publishes JSON bytes to a branch (the bindings' boundary). The
     /// message leaves at this call, so publishes called one after another
     /// keep their order even when their futures are awaited together (P2);

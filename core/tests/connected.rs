@@ -839,3 +839,83 @@ fn store_01_spinning_stops_when_the_conversation_does() {
     assert!(used < Duration::from_millis(50), "an idle owner and client used {used:?} of CPU in 500 ms");
     drop((lock, events, client, owner));
 }
+
+/// LOCK-03: a hold never runs after its wait. Its request reached the owner
+/// late (held up on the way, as by a frozen owner), the key was free there
+/// and granted at once: the client, past its wait, lets it go and says so.
+#[test]
+fn lock_03_a_grant_that_comes_after_the_wait_is_let_go() {
+    let (owner, client, p, _d) = through_proxy();
+    let lock = client.lock_raw("late", Kind::Lock).unwrap();
+    let terms = Terms { ttl: Some(Duration::from_secs(5)), max_hold: None };
+    p.stall();
+    let waiting = std::thread::spawn(move || runtime::block_on(lock.acquire("k".into(), Holder::unique(), terms, Duration::from_millis(300))));
+    std::thread::sleep(Duration::from_millis(800));
+    p.resume();
+    let e = waiting.join().unwrap().map(|_| ()).unwrap_err();
+    assert_eq!(e.kind(), tinystore::ErrorKind::Timeout, "{e}");
+    assert!(e.message().contains("granted only after the wait of 300ms"), "{e}");
+    let here = owner.lock_raw("late", Kind::Lock).unwrap();
+    assert!(
+        common::eventually(2000, || runtime::block_on(here.try_acquire("k".into(), Holder::unique(), terms)).unwrap().is_some()),
+        "the late grant was let go"
+    );
+}
+
+/// L1: a waiter whose process went silent for longer than its ttl (here its
+/// connection stalled) is passed over when its turn comes, and told so when
+/// it is heard again, rather than left waiting for an answer that never
+/// comes.
+#[test]
+fn l1_a_waiter_passed_over_for_silence_is_told_so() {
+    let (owner, client, p, _d) = through_proxy();
+    let terms = Terms { ttl: Some(Duration::from_secs(1)), max_hold: None };
+    let here = owner.lock_raw("quiet", Kind::Lock).unwrap();
+    let held = runtime::block_on(here.try_acquire("k".into(), Holder::unique(), terms)).unwrap().expect("free");
+    let lock = client.lock_raw("quiet", Kind::Lock).unwrap();
+    let waiting = std::thread::spawn(move || runtime::block_on(lock.acquire("k".into(), Holder::unique(), terms, Duration::from_secs(20))));
+    assert!(common::eventually(2000, || owner.status().unwrap().locks.iter().any(|k| k.waiters == 1)), "in line");
+    p.stall();
+    std::thread::sleep(Duration::from_millis(1600));
+    drop(held); // its turn comes while it is silent
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    p.resume();
+    let e = waiting.join().unwrap().map(|_| ()).unwrap_err();
+    assert_eq!(e.kind(), tinystore::ErrorKind::Timeout, "{e}");
+    assert!(e.message().contains("silent for longer than its ttl"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(5), "told when heard again, not at the request timeout: {:?}", t.elapsed());
+}
+
+/// CHAN-03 over a connection: a transaction that published while the owner
+/// is out of reach is rolled back with `closed` at its commit, rather than
+/// committed with its messages lost.
+#[test]
+fn chan_03_a_transaction_whose_messages_cannot_leave_is_rolled_back() {
+    let (_owner, client, p, _d) = through_proxy();
+    let db = client.database("t").open().unwrap();
+    db.exec(tinystore::sql!("create table t (i integer)")).unwrap();
+    let events = client.channel::<i64>("c").open().unwrap();
+    std::fs::remove_file(&p.path).unwrap(); // no way back in
+    p.cut();
+    assert!(
+        common::eventually(2000, || runtime::block_on(client.publish_raw("c", &[], b"0".to_vec().into_boxed_slice())).is_err()),
+        "disconnected"
+    );
+    // A write can fail on the cut socket a moment before the reader sees
+    // the end of it; from then on the client knows it is disconnected.
+    std::thread::sleep(Duration::from_millis(300));
+    let e = db
+        .tx(|tx| -> tinystore::Result<()> {
+            tx.exec(tinystore::sql!("insert into t values (1)"))?;
+            tx.with(&events).publish(&1)
+        })
+        .unwrap_err();
+    assert_eq!(e.kind(), tinystore::ErrorKind::Closed, "{e}");
+    assert!(e.message().contains("rolled back"), "{e}");
+    #[derive(serde::Deserialize)]
+    struct N {
+        n: i64,
+    }
+    assert_eq!(db.query::<N>(tinystore::sql!("select count(*) as n from t")).unwrap()[0].n, 0, "nothing committed");
+}

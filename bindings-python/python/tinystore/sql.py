@@ -67,6 +67,12 @@ class Database:
         through ``tx.with_(channel)`` are delivered after the commit, in the
         order published, and dropped by a rollback (CHAN-03). ``fn`` may be
         async or not. Holds the database's writer until it ends: keep it short.
+
+        Raises ``ClosedError`` and rolls back when it published and the
+        store is closed or, connected, its owner is out of reach; a
+        ``ClosedError`` that says the rows stand when the owner went away
+        while the messages left (do not run it again then).
+        ``InvalidError`` for a channel of another store handle.
         """
         native = await _aio.result(self._native.begin())
         try:
