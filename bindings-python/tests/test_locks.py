@@ -313,6 +313,9 @@ async def test_lock_08_p3_a_semaphores_limit_belongs_to_the_semaphore(store: tin
                     pass
     with pytest.raises(tinystore.InvalidError):
         store.semaphore("zero", limit=0)
+    for bad in (None, 2.0, True, "3"):
+        with pytest.raises(TypeError, match="limit is an int"):
+            store.semaphore("odd", limit=bad)  # type: ignore[arg-type]
 
 
 async def test_names_p4_out_of_rule_names_and_durations_are_refused_when_the_handle_is_made(store: tinystore.Store) -> None:

@@ -92,7 +92,10 @@ class Store:
         Options as :meth:`lock`. Raises ``InvalidError`` for a limit out of
         range; ``ConflictError`` when the name is a lock or a semaphore of
         another limit, from the first ``hold`` or ``try_hold`` at the latest
-        (as :meth:`lock`)."""
+        (as :meth:`lock`); ``TypeError`` for a limit that is not an int."""
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            # None would make a lock of it.
+            raise TypeError(f"a semaphore's limit is an int from 1 to 4294967295, like 3; got {limit!r}")
         return Semaphore(self._native.lock(name, limit, ttl, max_hold, wait), limit, self._watch)
 
     async def database(
