@@ -139,8 +139,12 @@ export declare class NativeTx {
   exec(sql: string, params: Array<JsSqlParam>): Promise<NativeDone>
   /** As `NativeDatabase.query`, inside the transaction (it sees its own writes). */
   query(sql: string, params: Array<JsSqlParam>): Promise<NativeRows>
-  /** Holds JSON text for a branch until the commit; checked now. */
-  publish(channel: string, branch: Array<JsKey>, json: string): Promise<void>
+  /**
+   * Holds JSON text for a branch of `store`'s channel until the commit;
+   * checked now (`invalid` too for a store other than the transaction's:
+   * its commit publishes to its database's store).
+   */
+  publish(store: NativeStore, channel: string, branch: Array<JsKey>, json: string): undefined | Promise<undefined>
   /** Commits, then delivers what was published in the transaction. */
   commit(): Promise<void>
   /** Rolls back: nothing written or published in it remains. */

@@ -503,10 +503,12 @@ int32_t ts_tx_query(const struct TsTx *tx,
                     struct TsError **err);
 
 /**
- * Holds `data` (JSON) for the branch `keys` of `channel` until the commit;
- * a rollback drops it (CHAN-03). Checked now: `invalid`, `limit`.
+ * Holds `data` (JSON) for the branch `keys` of `channel` of the store `s`
+ * until the commit; a rollback drops it (CHAN-03). Checked now: `invalid`
+ * (also for a store other than the transaction's), `limit`.
  */
 int32_t ts_tx_publish(const struct TsTx *tx,
+                      const struct TsStore *s,
                       const uint8_t *channel,
                       size_t channel_len,
                       const struct TsValue *keys,

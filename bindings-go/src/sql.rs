@@ -238,11 +238,13 @@ pub unsafe extern "C" fn ts_tx_query(
     })
 }
 
-/// Holds `data` (JSON) for the branch `keys` of `channel` until the commit;
-/// a rollback drops it (CHAN-03). Checked now: `invalid`, `limit`.
+/// Holds `data` (JSON) for the branch `keys` of `channel` of the store `s`
+/// until the commit; a rollback drops it (CHAN-03). Checked now: `invalid`
+/// (also for a store other than the transaction's), `limit`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_tx_publish(
     tx: *const TsTx,
+    s: *const TsStore,
     channel: *const u8,
     channel_len: usize,
     keys: *const TsValue,
@@ -254,8 +256,12 @@ pub unsafe extern "C" fn ts_tx_publish(
     err: *mut *mut TsError,
 ) -> i32 {
     call(err, || {
+        let s = unsafe { &*s };
         let (channel, keys, data) = unsafe { publish_args(channel, channel_len, keys, nkeys, buf, buf_len, data, data_len) }?;
-        with_tx(tx, |tx| Ok(tx.publish_raw(channel, &keys, data)?))
+        with_tx(tx, |tx| {
+            tx.check_store(&s.store)?;
+            Ok(tx.publish_raw(channel, &keys, data)?)
+        })
     })
 }
 

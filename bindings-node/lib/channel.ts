@@ -5,6 +5,11 @@ import type { NativeStore } from './native'
 import { MessageIterator, Subscription, type SubscribeOptions } from './subscription'
 import type { Key } from './types'
 
+/** @internal The native store a branch publishes to (`tx.with` checks it is the transaction's). */
+export function storeOf<T>(branch: Branch<T>): NativeStore {
+  return (branch as unknown as { store: NativeStore }).store
+}
+
 /**
  * A branch of a channel: the messages of one chat, say. Made by
  * `channel.under(key)`, and nestable: `events.under(7).under('typing')`.

@@ -1,8 +1,8 @@
-import type { Branch } from './channel'
+import { type Branch, storeOf } from './channel'
 import * as check from './check'
 import { InvalidError, now, settle } from './errors'
 import { encode } from './message'
-import type { NativeDatabase, NativeDone, NativeRows, NativeTx } from './native'
+import type { NativeDatabase, NativeDone, NativeRows, NativeStore, NativeTx } from './native'
 import type { Key } from './types'
 
 /**
@@ -167,35 +167,39 @@ export class Tx extends Statements {
    * `await tx.with(events).under(chatId).publish(event)`.
    */
   with<T>(channel: Branch<T>): TxBranch<T> {
-    return new TxBranch<T>(this.target, channel.name, channel.path)
+    return new TxBranch<T>(this.target, storeOf(channel), channel.name, channel.path)
   }
 }
 
 /** A branch of a channel seen from inside a transaction. */
 export class TxBranch<T> {
   #tx: NativeTx
+  #store: NativeStore
   #name: string
   #path: readonly Key[]
 
   /** @internal Made by `tx.with(channel)`. */
-  constructor(tx: NativeTx, name: string, path: readonly Key[]) {
+  constructor(tx: NativeTx, store: NativeStore, name: string, path: readonly Key[]) {
     this.#tx = tx
+    this.#store = store
     this.#name = name
     this.#path = path
   }
 
   /** The branch `key` below this one; an {@link InvalidError} for a key not a string, number or bigint. */
   under(key: Key): TxBranch<T> {
-    return new TxBranch<T>(this.#tx, this.#name, [...this.#path, check.key(key)])
+    return new TxBranch<T>(this.#tx, this.#store, this.#name, [...this.#path, check.key(key)])
   }
 
   /**
    * Publishes `value` when the transaction commits; nothing if it rolls back.
    *
-   * @throws {@link LimitError} (over 1 MiB) or {@link InvalidError} now.
+   * @throws {@link LimitError} (over 1 MiB) or {@link InvalidError} now; an
+   * {@link InvalidError} too for a channel of another store than the
+   * transaction's database (its commit publishes to that store).
    */
   async publish(value: T): Promise<void> {
     const json = encode(value)
-    await now(() => this.#tx.publish(this.#name, this.#path as Key[], json))
+    await now(() => this.#tx.publish(this.#store, this.#name, this.#path as Key[], json))
   }
 }

@@ -2,13 +2,16 @@
 
 use std::sync::{Arc, Mutex};
 
-use napi::bindgen_prelude::{BigInt, Either};
+use napi::Env;
+use napi::bindgen_prelude::{BigInt, Either, PromiseRaw};
 use napi_derive::napi;
 use tinystore::sql::{Rows, Statement};
 use tinystore::{Database, Done, Tx};
 
 use crate::convert::{self, JsKey, JsSqlParam, JsSqlValue};
 use crate::errors::{IntoNapi, blocking};
+use crate::ready::now_or_promise;
+use crate::store::NativeStore;
 
 /// What a write did.
 #[napi(object)]
@@ -105,15 +108,7 @@ pub struct NativeTx {
 impl NativeTx {
     /// Runs `f` on the transaction off the event loop.
     async fn with<T: Send + 'static>(&self, f: impl FnOnce(&Tx) -> tinystore::Result<T> + Send + 'static) -> napi::Result<T> {
-        let tx = self.tx.clone();
-        blocking(move || {
-            let slot = tx.lock().unwrap_or_else(|p| p.into_inner());
-            match slot.as_ref() {
-                Some(t) => f(t),
-                None => Err(ended()),
-            }
-        })
-        .await
+        run_on(self.tx.clone(), f).await
     }
 
     /// Ends the transaction with `f` (commit or rollback).
@@ -125,6 +120,17 @@ impl NativeTx {
         })
         .await
     }
+}
+
+async fn run_on<T: Send + 'static>(tx: Arc<Mutex<Option<Tx>>>, f: impl FnOnce(&Tx) -> tinystore::Result<T> + Send + 'static) -> napi::Result<T> {
+    blocking(move || {
+        let slot = tx.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.as_ref() {
+            Some(t) => f(t),
+            None => Err(ended()),
+        }
+    })
+    .await
 }
 
 fn ended() -> tinystore::Error {
@@ -150,11 +156,27 @@ impl NativeTx {
         Ok(self.with(move |t| t.query_rows(stmt)).await?.into())
     }
 
-    /// Holds JSON text for a branch until the commit; checked now.
+    /// Holds JSON text for a branch of `store`'s channel until the commit;
+    /// checked now (`invalid` too for a store other than the transaction's:
+    /// its commit publishes to its database's store).
     #[napi]
-    pub async fn publish(&self, channel: String, branch: Vec<JsKey>, json: String) -> napi::Result<()> {
+    pub fn publish<'env>(
+        &self,
+        env: &'env Env,
+        store: &NativeStore,
+        channel: String,
+        branch: Vec<JsKey>,
+        json: String,
+    ) -> napi::Result<Either<(), PromiseRaw<'env, ()>>> {
         let branch = convert::keys(branch)?;
-        self.with(move |t| t.publish_raw(&channel, &branch, json.into_bytes().into_boxed_slice())).await
+        let (store, tx) = (store.store().clone(), self.tx.clone());
+        now_or_promise(env, async move {
+            run_on(tx, move |t| {
+                t.check_store(&store)?;
+                t.publish_raw(&channel, &branch, json.into_bytes().into_boxed_slice())
+            })
+            .await
+        })
     }
 
     /// Commits, then delivers what was published in the transaction.

@@ -24,6 +24,13 @@ pub struct NativeStore {
     uv: Option<std::sync::Arc<UvReader>>,
 }
 
+impl NativeStore {
+    /// The engine's store.
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+}
+
 #[napi]
 impl NativeStore {
     /// Opens (creating it if needed) the store directory `dir` and owns it.

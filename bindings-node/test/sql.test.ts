@@ -3,7 +3,7 @@ import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
 
-import { SqlError, type Message } from 'tinystore'
+import { InvalidError, SqlError, type Message } from 'tinystore'
 
 import { MODES, sleep, suiteStores, tempDir, until } from './helpers'
 
@@ -137,6 +137,21 @@ for (const mode of MODES) {
         kept = tx
       })
       await assert.rejects(kept!.exec('select 1'), /ended/)
+    })
+
+    it('CHAN-03 a transaction refuses a channel of another store, and nothing of it is written', async () => {
+      // Its commit publishes to its database's store: the other store's
+      // subscribers would never hear of it.
+      const { db } = await database()
+      const other = await makeStore()
+      await assert.rejects(
+        db.tx(async (tx) => {
+          await tx.exec('insert into notes (text) values (?)', 'x')
+          await tx.with(other.channel<number>('notes-events')).under(1).publish(1)
+        }),
+        (e: Error) => e instanceof InvalidError && /another store handle/.test(e.message),
+      )
+      assert.deepEqual(await db.query('select * from notes'), [])
     })
   })
 }

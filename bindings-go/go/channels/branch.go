@@ -97,6 +97,7 @@ func (b *Branch[T]) Subscribe(ctx context.Context, handler func(ctx context.Cont
 // TxBranch is a branch of a channel inside a SQL transaction: see [Channel.In].
 type TxBranch[T any] struct {
 	tx      *sqldb.Tx
+	n       *native.Store // the channel's store: it must be the transaction's
 	channel string
 	keys    []any
 	err     error
@@ -108,14 +109,16 @@ func (b *TxBranch[T]) Under(key any) *TxBranch[T] {
 	if b.err != nil {
 		err = b.err
 	}
-	return &TxBranch[T]{tx: b.tx, channel: b.channel, keys: keys, err: err}
+	return &TxBranch[T]{tx: b.tx, n: b.n, channel: b.channel, keys: keys, err: err}
 }
 
 // Publish holds v for the branch until the transaction commits; a rollback
 // (or an error returned by the transaction's function) drops it (CHAN-03).
 //
 // Errors, checked now: [tinystore.ErrLimit] (over 1 MiB),
-// [tinystore.ErrInvalid] (a key out of rule, the transaction already ended).
+// [tinystore.ErrInvalid] (a key out of rule, the transaction already ended,
+// a channel of another store than the transaction's database: its commit
+// publishes to that store).
 func (b *TxBranch[T]) Publish(ctx context.Context, v T) error {
 	if b.err != nil {
 		return b.err
@@ -131,5 +134,5 @@ func (b *TxBranch[T]) Publish(ctx context.Context, v T) error {
 	if err != nil {
 		return err
 	}
-	return tx.Publish(b.channel, b.keys, data)
+	return tx.Publish(b.n, b.channel, b.keys, data)
 }

@@ -80,5 +80,5 @@ func (c *Channel[T]) Subscribe(ctx context.Context, handler func(ctx context.Con
 //		return events.In(tx).Under(chatID).Publish(ctx, ChatEvent{Kind: "message", ID: reply.LastInsertRowid})
 //	})
 func (c *Channel[T]) In(tx *sqldb.Tx) *TxBranch[T] {
-	return &TxBranch[T]{tx: tx, channel: c.root.channel}
+	return &TxBranch[T]{tx: tx, n: c.root.n, channel: c.root.channel}
 }

@@ -611,3 +611,47 @@ func TestManySubscriptionsNeedNoThreadEach(t *testing.T) {
 		}
 	})
 }
+
+// CHAN-03: a transaction's commit publishes to its database's store, so a
+// channel of another store is refused at Publish (ErrInvalid), and nothing
+// of the transaction is committed.
+func TestChan03ATransactionRefusesAChannelOfAnotherStore(t *testing.T) {
+	store, err := tinystore.Open(bg, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	other, err := tinystore.Open(bg, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	db, err := sqldb.Open(bg, store, "chat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(bg, `create table messages (id integer primary key)`); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := open[event](t, other, "chat-events")
+	err = db.Tx(bg, func(tx *sqldb.Tx) error {
+		if _, err := tx.Exec(bg, `insert into messages (id) values (1)`); err != nil {
+			return err
+		}
+		return elsewhere.In(tx).Under(3).Publish(bg, event{N: 1})
+	})
+	if !errors.Is(err, tinystore.ErrInvalid) || !strings.Contains(err.Error(), "another store handle") {
+		t.Fatalf("got %v, want ErrInvalid saying the channel is of another store", err)
+	}
+	rows, err := db.Query(bg, `select id from messages`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows.Len() != 0 {
+		t.Fatalf("%d rows committed, want none", rows.Len())
+	}
+	here := open[event](t, store, "chat-events")
+	if err := db.Tx(bg, func(tx *sqldb.Tx) error { return here.In(tx).Publish(bg, event{N: 2}) }); err != nil {
+		t.Fatal(err)
+	}
+}

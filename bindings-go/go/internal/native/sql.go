@@ -171,8 +171,9 @@ func (t *Tx) Query(sql string, args []any) (*Rows, error) {
 	return takeRows(r), nil
 }
 
-// Publish holds data (JSON) for the branch keys of channel until the commit.
-func (t *Tx) Publish(channel string, keys []any, data []byte) error {
+// Publish holds data (JSON) for the branch keys of channel of store s until
+// the commit; ErrInvalid when s is not the transaction's store.
+func (t *Tx) Publish(s *Store, channel string, keys []any, data []byte) error {
 	kv, err := keyValues(keys)
 	if err != nil {
 		return err
@@ -185,7 +186,9 @@ func (t *Tx) Publish(channel string, keys []any, data []byte) error {
 	cp, cn := ptr(channel)
 	vp, vn, bp, bn := kv.ptrs()
 	dp, dn := bptr(data)
-	return result(nil, C.ts_tx_publish(t.p, cp, cn, vp, vn, bp, bn, dp, dn, &e), e)
+	rc := C.ts_tx_publish(t.p, s.p, cp, cn, vp, vn, bp, bn, dp, dn, &e)
+	runtime.KeepAlive(s)
+	return result(nil, rc, e)
 }
 
 // Commit commits and ends the transaction.
