@@ -116,7 +116,7 @@ class Subscription(Generic[T]):
             # (kind, seq or count, value or reason or error, branch): see
             # NativeSubscription.next_batch.
             for kind, a, b, c in batch:
-                if self._stopped or _asked_to_cancel(me):
+                if self._stopped:
                     return
                 try:
                     if kind == _MESSAGE:
@@ -127,12 +127,15 @@ class Subscription(Generic[T]):
                         out = self._on_missed(Missed(a, b))
                     else:
                         continue
-                    if out is not None and inspect.isawaitable(out):
-                        await out
+                    if out is None or not inspect.isawaitable(out):
+                        continue  # nothing awaited: no cancellation came in
+                    await out
                 except Exception as e:  # the subscription goes on
                     await self._report(e)
                 except asyncio.CancelledError as e:
                     await self._report(_stray(e, "the handler"))
+                if _asked_to_cancel(me):
+                    return  # the handler (or on_error) swallowed it
 
     async def _report(self, e: Exception) -> None:
         if self._on_error is not None:
