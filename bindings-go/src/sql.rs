@@ -258,10 +258,7 @@ pub unsafe extern "C" fn ts_tx_publish(
     call(err, || {
         let s = unsafe { &*s };
         let (channel, keys, data) = unsafe { publish_args(channel, channel_len, keys, nkeys, buf, buf_len, data, data_len) }?;
-        with_tx(tx, |tx| {
-            tx.check_store(&s.store)?;
-            Ok(tx.publish_raw(channel, &keys, data)?)
-        })
+        with_tx(tx, |tx| Ok(tx.publish_raw(&s.store, channel, &keys, data)?))
     })
 }
 

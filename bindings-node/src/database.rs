@@ -171,11 +171,7 @@ impl NativeTx {
         let branch = convert::keys(branch)?;
         let (store, tx) = (store.store().clone(), self.tx.clone());
         now_or_promise(env, async move {
-            run_on(tx, move |t| {
-                t.check_store(&store)?;
-                t.publish_raw(&channel, &branch, json.into_bytes().into_boxed_slice())
-            })
-            .await
+            run_on(tx, move |t| t.publish_raw(&store, &channel, &branch, json.into_bytes().into_boxed_slice())).await
         })
     }
 

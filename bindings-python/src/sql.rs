@@ -141,7 +141,7 @@ impl NativeTx {
     /// Holds JSON bytes for `branch` until the commit.
     fn publish(&self, py: Python<'_>, branch: &NativeBranch, data: &[u8]) -> PyResult<Py<PyAny>> {
         let (store, channel, keys, data) = (branch.store().clone(), branch.channel().to_owned(), branch.keys().to_vec(), Box::<[u8]>::from(data));
-        self.with(py, move |tx| tx.check_store(&store).and_then(|()| tx.publish_raw(&channel, &keys, data)).map(|()| none()))
+        self.with(py, move |tx| tx.publish_raw(&store, &channel, &keys, data).map(|()| none()))
     }
 
     fn commit(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {

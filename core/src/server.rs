@@ -98,6 +98,13 @@ impl Outbox {
         }
     }
 
+    /// Every hold in line (the connection ended).
+    fn leave_every_line(&self) -> Vec<InLine> {
+        let left: Vec<InLine> = self.waits.lock().drain().map(|(_, l)| l).collect();
+        self.waiting.store(0, Ordering::Relaxed);
+        left
+    }
+
     fn leave_line(&self, hold: u64) -> Option<InLine> {
         let left = self.waits.lock().remove(&hold);
         if left.is_some() {
@@ -346,9 +353,7 @@ impl Server {
             f.stop();
         }
         // A waiter whose connection died leaves the line at once.
-        let waits: Vec<_> = out.waits.lock().drain().collect();
-        out.waiting.store(0, Ordering::Relaxed);
-        for (_, (table, key, waiter)) in waits {
+        for (table, key, waiter) in out.leave_every_line() {
             table.leave_queue(&key, waiter);
         }
         self.conns.lock().remove(&conn_id);

@@ -401,7 +401,7 @@ impl Tx {
     /// Refuses a channel of another store handle (`invalid`): the commit
     /// publishes to the database's store, and that one's subscribers would
     /// never hear of it.
-    pub fn check_store(&self, store: &Store) -> Result<()> {
+    fn check_store(&self, store: &Store) -> Result<()> {
         let own = &self.w.as_ref().expect("a transaction has its writer until it ends").db.store;
         if own.same_handle(store) {
             return Ok(());
@@ -411,9 +411,11 @@ impl Tx {
         ))
     }
 
-    /// Holds JSON bytes for `branch` of `channel` until the commit (the
-    /// bindings' boundary; see [`Tx::check_store`]). Checked now: `invalid`, `limit`.
-    pub fn publish_raw(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
+    /// Holds JSON bytes for `branch` of `channel` of `store` until the
+    /// commit (the bindings' boundary). Checked now: `invalid` (also for a
+    /// store other than the database's), `limit`.
+    pub fn publish_raw(&self, store: &Store, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
+        self.check_store(store)?;
         check_name("channel", channel)?;
         branch.iter().try_for_each(Key::check)?;
         check_message(&data)?;
@@ -499,9 +501,8 @@ impl<'t, T: Serialize> TxBranch<'t, T> {
     /// Publishes `value` when the transaction commits; nothing if it rolls
     /// back. Errors now: `limit` (over 1 MiB), `invalid`.
     pub fn publish(&self, value: &T) -> Result<()> {
-        self.tx.check_store(self.branch.store())?;
         let data = serde_json::to_vec(value)?.into_boxed_slice();
-        self.tx.publish_raw(self.branch.channel(), self.branch.path(), data)
+        self.tx.publish_raw(self.branch.store(), self.branch.channel(), self.branch.path(), data)
     }
 }
 
