@@ -5,10 +5,11 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use tinystore::channels::{Event, RawSubscription, Scope};
-use tinystore::{Key, Store};
+use pyo3::IntoPyObjectExt;
+use tinystore::{Key, Store, runtime};
 
-use crate::convert;
-use crate::pending::{Completer, Convert, none, run_future, run_future_on, value};
+use crate::pending::{Completer, Convert, none, run_future, value};
+use crate::{convert, error};
 
 struct Branch {
     store: Store,
@@ -64,11 +65,23 @@ impl NativeBranch {
     /// connection too (P2).
     #[pyo3(signature = (data, completer=None))]
     fn publish(&self, py: Python<'_>, data: &[u8], completer: Option<&Bound<'_, Completer>>) -> PyResult<Py<PyAny>> {
-        let b = self.inner.clone();
-        let data: Box<[u8]> = data.into();
-        run_future_on(py, completer.map(Bound::get), async move {
-            b.store.publish_raw(&b.channel, &b.keys, data).await.map(|()| none())
-        })
+        let Some(completer) = completer else {
+            let b = self.inner.clone();
+            let data: Box<[u8]> = data.into();
+            return run_future(py, async move { b.store.publish_raw(&b.channel, &b.keys, data).await.map(|()| none()) });
+        };
+        // The answer is queued on the completer where it is read: no
+        // future, no task, no channel per publish (64 in flight feel each).
+        let (id, done) = completer.get().call();
+        let b = &self.inner;
+        let ended = py.detach(|| {
+            let _rt = runtime::handle().enter();
+            runtime::on_loop(|| b.store.publish_raw_then(&b.channel, &b.keys, data, move |r| done(r.map(|()| none()))))
+        });
+        match ended {
+            None => id.into_py_any(py),
+            Some(r) => r.map(|()| py.None()).map_err(|e| error::to_py(py, e)),
+        }
     }
 
     /// Subscribes (this branch, or with `recursive` every branch below it

@@ -15,6 +15,10 @@
 //! A `LoopTask` woken while the loop's thread reads a connected store's
 //! socket itself (`loopread`) is completed right there, on the loop's
 //! thread; woken by an engine thread, a runtime task completes it.
+//!
+//! A connected publish needs none of that: the core hands its answer to a
+//! function where it is read (`Store::publish_raw_then`), which queues the
+//! outcome on the completer ([`Completer::call`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -82,22 +86,6 @@ where
     match poll_once(py, Box::pin(fut)) {
         Ok(o) => finish(py, o),
         Err(fut) => pending(py, Work::Future(fut)),
-    }
-}
-
-/// [`run_future`] for a call whose caller has its loop's `completer` at
-/// hand: a call that does not complete at once is started on it here, and
-/// its id (an `int`) comes back instead of a `Pending`: one crossing into
-/// native code and no `Pending` object, which a publish with 64 in flight
-/// feels.
-pub fn run_future_on<F>(py: Python<'_>, completer: Option<&Completer>, fut: F) -> PyResult<Py<PyAny>>
-where
-    F: Future<Output = Outcome> + Send + 'static,
-{
-    match (poll_once(py, Box::pin(fut)), completer) {
-        (Ok(o), _) => finish(py, o),
-        (Err(fut), Some(c)) => c.start_work(py, Work::Future(fut)).into_py_any(py),
-        (Err(fut), None) => pending(py, Work::Future(fut)),
     }
 }
 
@@ -264,6 +252,14 @@ impl Completer {
 }
 
 impl Completer {
+    /// A new call's id, and what queues its outcome (from any thread) for
+    /// `settle` to settle its future under that id.
+    pub fn call(&self) -> (u64, impl FnOnce(Outcome) + Send + 'static) {
+        let id = self.shared.next.fetch_add(1, Ordering::Relaxed);
+        let shared = self.shared.clone();
+        (id, move |o| shared.push(id, o))
+    }
+
     fn start_work(&self, py: Python<'_>, work: Work) -> u64 {
         let id = self.shared.next.fetch_add(1, Ordering::Relaxed);
         let shared = self.shared.clone();

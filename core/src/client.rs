@@ -39,6 +39,9 @@ enum Answer {
     Call(oneshot::Sender<Result<Box<[u8]>>>),
     /// A publish's answer: counted down from [`Conn::publishing`].
     Publish(oneshot::Sender<Result<Box<[u8]>>>),
+    /// A publish's answer handed to a function where it is read
+    /// ([`Client::publish_then`]): no channel, no task to wake.
+    PublishThen(Then),
     /// A renewal sent at this instant: handled where it is read, no task.
     Renewal(std::sync::Weak<RemoteLease>, Instant),
 }
@@ -47,13 +50,22 @@ impl Answer {
     /// A caller waits for it (not a renewal): the connection spins for it
     /// ([`crate::spin::Expect`]).
     fn awaited(&self) -> bool {
-        matches!(self, Answer::Call(_) | Answer::Publish(_))
+        !matches!(self, Answer::Renewal(..))
+    }
+
+    fn is_publish(&self) -> bool {
+        matches!(self, Answer::Publish(_) | Answer::PublishThen(_))
     }
 
     fn give(self, v: Result<Box<[u8]>>) {
         match self {
             Answer::Call(tx) | Answer::Publish(tx) => {
                 let _ = tx.send(v);
+            }
+            Answer::PublishThen(mut then) => {
+                if let Some(f) = then.0.take() {
+                    f(v.map(drop));
+                }
             }
             Answer::Renewal(l, sent) => {
                 if let Some(l) = l.upgrade() {
@@ -62,6 +74,31 @@ impl Answer {
             }
         }
     }
+
+    /// Dropped unsent: nobody is told (the sender's call fails instead).
+    fn forget(self) {
+        if let Answer::PublishThen(mut then) = self {
+            then.0 = None;
+        }
+    }
+}
+
+/// The function a publish's outcome is given to; called once. Dropped
+/// uncalled (a connection dropped with its requests), it is told the
+/// connection went, as a dropped channel tells a waiting future.
+pub(crate) struct Then(Option<Box<dyn FnOnce(Result<()>) + Send>>);
+
+impl Drop for Then {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f(Err(publish_cut_off()));
+        }
+    }
+}
+
+/// A publish whose answer will not come.
+pub(crate) fn publish_cut_off() -> Error {
+    Error::new(ErrorKind::Closed, "disconnected from the store before it answered: the message may or may not have been published")
 }
 
 struct Conn {
@@ -591,7 +628,7 @@ impl Client {
             ids.into_iter().filter_map(|id| p.remove(&id)).map(|(a, _)| a).collect()
         };
         for a in expired {
-            if matches!(a, Answer::Publish(_)) {
+            if a.is_publish() {
                 conn.publishing.fetch_sub(1, Ordering::AcqRel);
             }
             a.give(Err(Error::new(
@@ -823,7 +860,7 @@ impl Client {
         if let Some(id) = r.id {
             let a = conn.pending.lock().remove(&id);
             if let Some((a, _)) = a {
-                if matches!(a, Answer::Publish(_)) {
+                if a.is_publish() {
                     conn.publishing.fetch_sub(1, Ordering::AcqRel);
                 }
                 if let Some(shared) = conn.shared.as_ref().filter(|_| a.awaited()) {
@@ -917,6 +954,9 @@ impl Client {
         r.id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = wire::frame(&r);
         if frame.len() - 4 > wire::MAX_FRAME_BYTES {
+            if let Some(a) = answer {
+                a.forget();
+            }
             return Err(Error::limit(format!(
                 "this request is {} bytes on the wire, over the limit of {}: a message is at most 1 MiB, and its branch keys must fit in the 64 KiB beside it; shorten the keys or the message",
                 frame.len() - 4,
@@ -936,7 +976,10 @@ impl Client {
         let sent = if later { conn.sink.send_later(&frame, &conn.publishing) } else { conn.sink.send(&frame) };
         if !sent {
             if awaited {
-                conn.pending.lock().remove(&r.id);
+                let unsent = conn.pending.lock().remove(&r.id);
+                if let Some((a, _)) = unsent {
+                    a.forget();
+                }
             }
             // Closed by the program, not lost to a reconnect.
             return Err(if self.closed.load(Ordering::Acquire) { Error::closed() } else { disconnected() });
@@ -959,21 +1002,32 @@ impl Client {
 
     /// Sends a publish now; the receiver gets the store's answer.
     pub(crate) fn publish_send(&self, channel: &str, branch: &[Key], data: &[u8]) -> Result<(AnswerRx, Option<Arc<dyn runtime::Lead>>)> {
+        let (tx, rx) = oneshot::channel();
+        let conn = self.send_publish(channel, branch, data, || Answer::Publish(tx))?;
+        Ok((rx, conn.lead()))
+    }
+
+    /// Sends a publish now; `done` is called with the store's answer where
+    /// it is read. On an error here `done` is dropped uncalled.
+    pub(crate) fn publish_then(&self, channel: &str, branch: &[Key], data: &[u8], done: Box<dyn FnOnce(Result<()>) + Send>) -> Result<()> {
+        self.send_publish(channel, branch, data, || Answer::PublishThen(Then(Some(done)))).map(drop)
+    }
+
+    fn send_publish(&self, channel: &str, branch: &[Key], data: &[u8], answer: impl FnOnce() -> Answer) -> Result<Arc<Conn>> {
         let raw = raw_json(data)?;
         let mut r = Request::new(0, "publish");
         r.channel = Some(channel.to_owned());
         r.branch = Some(branch.to_vec());
         r.data = Some(&raw);
         let conn = self.current()?;
-        let (tx, rx) = oneshot::channel();
         // Held back only where an engine thread reads the answers that let
         // it go: a language's busy event loop would hold it for as long.
         let later = conn.publishing.fetch_add(1, Ordering::AcqRel) >= COALESCE_AFTER && !conn.looped();
-        if let Err(e) = self.send_with(&conn, &mut r, Some(Answer::Publish(tx)), later) {
+        if let Err(e) = self.send_with(&conn, &mut r, Some(answer()), later) {
             conn.publishing.fetch_sub(1, Ordering::AcqRel);
             return Err(e);
         }
-        Ok((rx, conn.lead()))
+        Ok(conn)
     }
 
     pub(crate) async fn subscribe(self: &Arc<Self>, channel: &str, branch: &[Key], scope: Scope) -> Result<Arc<RemoteSub>> {
@@ -1232,7 +1286,7 @@ fn unanswered(a: &Answer) -> Error {
 
 /// `why` the answer to `a` will not come, and what `then`.
 fn cut_off(a: &Answer, why: &str, then: &str) -> Error {
-    let what = if matches!(a, Answer::Publish(_)) { " (the publish may have been delivered)" } else { "" };
+    let what = if a.is_publish() { " (the publish may have been delivered)" } else { "" };
     Error::new(ErrorKind::Closed, format!("{why}: it may have taken effect{what}; {then}"))
 }
 

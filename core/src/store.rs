@@ -498,6 +498,36 @@ impl Store {
         })
     }
 
+    /// [`Store::publish_raw`] for an event loop of a binding: `done` is
+    /// given the outcome, instead of a future to poll for it.
+    ///
+    /// Gives `Some` when the publish ended within this call (always in the
+    /// owning process; connected, on an error before the message left):
+    /// `done` is then dropped uncalled. Else `None`, and `done` is called
+    /// once, with the store's answer or the error that cut it off (as
+    /// `publish_raw`'s future would end), on the thread that reads the
+    /// answer: an engine thread, or one in [`crate::LoopReader::readable`].
+    /// It must not block.
+    pub fn publish_raw_then(
+        &self,
+        channel: &str,
+        branch: &[Key],
+        data: &[u8],
+        done: impl FnOnce(Result<()>) + Send + 'static,
+    ) -> Option<Result<()>> {
+        let checked = self.check_open().and_then(|_| check_name("channel", channel)).and_then(|_| branch.iter().try_for_each(Key::check));
+        if let Err(e) = checked {
+            return Some(Err(e));
+        }
+        match &self.inner.backend {
+            Backend::Owned(o) => Some(o.channels.publish(channel, branch, data.into()).map(|_| ())),
+            Backend::Connected(c) => match crate::channels::check_message(data).and_then(|_| c.publish_then(channel, branch, data, Box::new(done))) {
+                Ok(()) => None,
+                Err(e) => Some(Err(e)),
+            },
+        }
+    }
+
     /// Publishes at once (a commit's messages; the server's requests).
     pub(crate) fn publish_now(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
         match &self.inner.backend {
@@ -632,7 +662,7 @@ impl std::future::Future for Publish {
                 }
                 p.map(|r| match r {
                     Ok(r) => r.map(|_| ()),
-                    Err(_) => Err(Error::new(ErrorKind::Closed, "disconnected from the store before it answered: the message may or may not have been published")),
+                    Err(_) => Err(crate::client::publish_cut_off()),
                 })
             }
         }

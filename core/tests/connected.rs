@@ -919,3 +919,74 @@ fn chan_03_a_transaction_whose_messages_cannot_leave_is_rolled_back() {
     }
     assert_eq!(db.query::<N>(tinystore::sql!("select count(*) as n from t")).unwrap()[0].n, 0, "nothing committed");
 }
+
+/// `publish_raw_then`, the event loops' publish: connected, each outcome is
+/// given once, where the answer is read (the loop's thread while it reads
+/// its connection), and the messages keep the order of the calls (P2). A
+/// publish that ends within the call (owned; refused before it left) gives
+/// its outcome back and never calls `done`.
+#[test]
+fn chan_01_publish_then_gives_each_outcome_once_in_order() {
+    let (owner, client, _d) = owner_and_client();
+    let sub = runtime::block_on(owner.subscribe_raw("then", &[Key::from(1)], Scope::Branch, None)).unwrap();
+    let never = |_: tinystore::Result<()>| panic!("done called for a publish that ended in the call");
+    assert!(matches!(owner.publish_raw_then("then", &[Key::from(1)], b"0", never), Some(Ok(()))));
+    let refused = client.publish_raw_then("", &[], b"1", never).expect("ends in the call");
+    assert_eq!(refused.unwrap_err().kind(), tinystore::ErrorKind::Invalid);
+    let refused = client.publish_raw_then("then", &[], b"{not json", never).expect("ends in the call");
+    assert_eq!(refused.unwrap_err().kind(), tinystore::ErrorKind::Invalid);
+
+    let reader = client.loop_reader().unwrap();
+    start(&reader);
+    let outcomes = Arc::new(Mutex::new(Vec::new()));
+    for i in 1..=50u64 {
+        let o = outcomes.clone();
+        let sent = client.publish_raw_then("then", &[Key::from(1)], format!("{i}").as_bytes(), move |r| {
+            o.lock().unwrap().push((i, r.is_ok(), std::thread::current().id()));
+        });
+        assert!(sent.is_none(), "left for the owner");
+    }
+    let end = Instant::now() + Duration::from_secs(5);
+    while outcomes.lock().unwrap().len() < 50 && Instant::now() < end {
+        if wait_readable(reader.fd(), 50) {
+            assert!(reader.readable());
+        }
+    }
+    let outcomes = outcomes.lock().unwrap();
+    assert_eq!(outcomes.len(), 50, "one outcome per publish");
+    assert!(outcomes.iter().all(|&(_, ok, on)| ok && on == std::thread::current().id()), "all delivered, told on the loop's thread");
+    let mut seen = Vec::new();
+    while let Some(Event::Message(m)) = sub.try_next() {
+        seen.push(String::from_utf8(m.data.to_vec()).unwrap());
+    }
+    let want: Vec<String> = (0..=50).map(|i| i.to_string()).collect();
+    assert_eq!(seen, want, "in the order of the calls");
+    reader.stop();
+}
+
+/// A publish whose answer never comes (the owner froze, then the program
+/// closed) is told so once, saying it may have been delivered: a binding's
+/// future never hangs.
+#[test]
+fn chan_01_publish_then_is_told_when_its_answer_is_cut_off() {
+    let (_owner, client, p, _d) = through_proxy();
+    runtime::block_on(client.publish_raw("cut", &[], b"0".to_vec().into_boxed_slice())).unwrap();
+    p.stall();
+    let told = Arc::new(Mutex::new(Vec::new()));
+    for _ in 0..3 {
+        let t = told.clone();
+        assert!(client.publish_raw_then("cut", &[], b"1", move |r| t.lock().unwrap().push(r)).is_none());
+    }
+    let c = client.clone();
+    std::thread::spawn(move || runtime::block_on(c.close_settled())).join().unwrap();
+    let told = told.lock().unwrap();
+    assert_eq!(told.len(), 3, "each told once");
+    for r in told.iter() {
+        let e = r.as_ref().unwrap_err();
+        assert_eq!(e.kind(), tinystore::ErrorKind::Closed);
+        assert!(e.message().contains("may have taken effect"), "{e}");
+    }
+    let late = client.publish_raw_then("cut", &[], b"2", |_| panic!("not sent, not called")).expect("refused in the call");
+    assert_eq!(late.unwrap_err().kind(), tinystore::ErrorKind::Closed);
+    p.resume();
+}
