@@ -96,9 +96,11 @@ class LoopWatch:
         """The reader watched now, or None."""
         return self._reader
 
-    def ensure(self, loop: asyncio.AbstractEventLoop) -> _LoopCompleter:
+    def ensure(self, loop: asyncio.AbstractEventLoop, spin: bool = True) -> _LoopCompleter:
         """Has ``loop`` (the running loop) read the store's current socket;
-        gives that loop's completer."""
+        gives that loop's completer. ``spin``: keep the loop polling while
+        the engine spins for the answer of the call about to be sent (else
+        call :meth:`sent` once it is)."""
         if _forked_after_start:
             raise RuntimeError(_FORKED)
         r = self._reader
@@ -106,10 +108,19 @@ class LoopWatch:
             self._attach(loop)
         if self._loop is not loop:
             return _completer(loop)  # another loop reads it, or none can
-        if not self._spinning and self._reader is not None:
+        if spin and not self._spinning and self._reader is not None:
             self._spinning = True
             loop.call_soon(self._spin, loop)
         return self._completer  # type: ignore[return-value]
+
+    def sent(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A call was sent: keep the loop polling if the engine spins for its
+        answer. Unlike ``ensure``'s, no turn of the loop is spent when it does
+        not (a grant that waits in line)."""
+        r = self._reader
+        if r is not None and not self._spinning and self._loop is loop and r.spinning:
+            self._spinning = True
+            loop.call_soon(self._spin, loop)
 
     def _spin(self, loop: asyncio.AbstractEventLoop) -> None:
         # A ready callback makes the loop poll its selector without waiting.
@@ -231,28 +242,43 @@ def _completer(loop: asyncio.AbstractEventLoop) -> _LoopCompleter:
     return c
 
 
-def watched(
-    pending: Any, watch: Optional[LoopWatch], loop: "asyncio.AbstractEventLoop | None" = None
-) -> asyncio.Future[Any]:
-    """:func:`wait` for a call of a store watched by ``watch`` (None: owned)."""
-    if loop is None:
-        loop = asyncio.get_running_loop()
-    if watch is None:
-        return wait(pending, loop)
-    return watch.ensure(loop).start(loop, pending)
+async def call(pending: Any, watch: Optional[LoopWatch] = None) -> Any:
+    """Starts ``pending`` (a call of a store watched by ``watch``; None:
+    owned) on the running loop's completer and awaits its value. Cancelling
+    the awaiting task cancels the call: a waiter leaves the queue. Cheaper
+    than awaiting :func:`wait`'s future, whose done-callback costs a turn
+    of the loop's ready queue per call."""
+    if _forked_after_start:
+        raise RuntimeError(_FORKED)
+    loop = asyncio.get_running_loop()
+    c = _completer(loop) if watch is None else watch.ensure(loop, False)
+    native = c.native
+    call_id = native.start(pending)
+    fut = loop.create_future()
+    c.futures[call_id] = fut
+    if watch is not None:
+        watch.sent(loop)
+    try:
+        return await fut
+    except BaseException:
+        if fut.cancelled():
+            # Cancelled before its outcome came (the task was cancelled).
+            c.futures.pop(call_id, None)
+            native.cancel(call_id)
+        raise
 
 
 async def result_of(r: Any, watch: Optional[LoopWatch]) -> Any:
     """:func:`result` for a call of a store watched by ``watch``."""
     if type(r) is Pending:
-        return await watched(r, watch)
+        return await call(r, watch)
     return r
 
 
 async def result(r: Any) -> Any:
     """The value of a native call: ``r`` itself, or what its ``Pending`` ends with."""
     if type(r) is Pending:
-        return await wait(r)
+        return await call(r)
     return r
 
 

@@ -58,7 +58,7 @@ class _Hold(Generic[L]):
     async def __aenter__(self) -> L:
         r = self._native.acquire(self._key, _holder(), self._wait)
         if type(r) is _aio.Pending:
-            r = await _aio.watched(r, self._watch)
+            r = await _aio.call(r, self._watch)
         self._lease = r
         return self._make(r)
 

@@ -51,7 +51,7 @@ def _stray(e: asyncio.CancelledError, who: str) -> RuntimeError:
 async def _next_batch(native: Any, watch: Optional[_aio.LoopWatch]) -> list[Any]:
     r = native.next_batch(BATCH)
     if type(r) is _aio.Pending:
-        r = await _aio.watched(r, watch)
+        r = await _aio.call(r, watch)
     return r
 
 
