@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,6 +62,31 @@ async def test_a_cancelled_transaction_rolls_back(store: tinystore.Store) -> Non
         await task
     assert await db.query("select * from chats") == []
     await db.exec("insert into chats (title) values ('next')")  # the writer is free again
+
+
+async def test_a_write_through_the_database_inside_its_own_tx_is_refused_at_once(store: tinystore.Store) -> None:
+    db = await store.database("chat", migrations=MIGRATIONS)
+    later: list[asyncio.Task[Any]] = []
+    started = asyncio.get_running_loop().time()
+
+    async def fn(tx: tinystore.SqlTx) -> None:
+        # Both would wait for this transaction's writer: the busy timeout, then BusyError.
+        with pytest.raises(tinystore.ConflictError, match="use the tx it was given"):
+            await db.exec("insert into chats (title) values ('through db')")
+        with pytest.raises(tinystore.ConflictError, match="db.tx inside db.tx"):
+            await db.tx(lambda inner: None)
+        await tx.exec("insert into chats (title) values ('through tx')")
+        # A task started here inherits the context; it writes once the tx has ended.
+        later.append(asyncio.ensure_future(after()))
+
+    async def after() -> None:
+        await asyncio.sleep(0.05)
+        await db.exec("insert into chats (title) values ('after')")
+
+    await db.tx(fn)
+    assert asyncio.get_running_loop().time() - started < 2, "refused at once, not after the busy timeout"
+    await later[0]
+    assert [r["title"] for r in await db.query("select title from chats order by id")] == ["through tx", "after"]
 
 
 async def test_a_tx_object_used_after_its_function_is_refused(store: tinystore.Store) -> None:

@@ -36,7 +36,11 @@ forked after its parent opened a store gets a clear ``RuntimeError`` from
 ``open``. Nothing runs at import, so importing before forking is fine.
 
 The interpreter exits without waiting for the engine: leases still held are
-let go with the process, and subscriptions end.
+let go as it exits, and subscriptions end. A process that dies without
+exiting (SIGKILL, a crash) lets nothing go: over a connection, its leases
+last until their ttl runs out (30 s by default), as the owner cannot tell
+that death from a connection that drops and comes back in time. Keep ttls
+as short as the work allows where that wait matters.
 """
 
 from __future__ import annotations

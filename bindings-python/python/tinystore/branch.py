@@ -67,9 +67,14 @@ class Branch(Generic[T]):
         have been delivered (or may yet be): retrying may deliver it twice.
 
         Call it from a running event loop, like any asyncio API: in a
-        thread without one it raises ``RuntimeError`` and publishes nothing
-        (from a worker thread, hand the publish to the loop with
-        ``asyncio.run_coroutine_threadsafe``).
+        thread without one it raises ``RuntimeError`` and publishes nothing.
+        From a worker thread, hand it to the loop in a coroutine (this
+        returns a future, not a coroutine)::
+
+            async def publish_one(v):
+                await branch.publish(v)
+
+            asyncio.run_coroutine_threadsafe(publish_one(v), loop).result()
         """
         try:
             loop = _get_running_loop()

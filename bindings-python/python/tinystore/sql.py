@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import inspect
+from contextvars import ContextVar
 from typing import Any, Awaitable, Callable, Dict, Generic, List, NamedTuple, TypeVar, Union
 
 from . import _aio
 from .branch import Branch, Key
+from .errors import ConflictError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -15,6 +17,36 @@ R = TypeVar("R")
 SqlValue = Union[None, int, float, str, bytes]
 #: A row of a query: column name to value.
 Row = Dict[str, Any]
+
+
+class _Open:
+    """A transaction of the database at ``path`` that has not ended."""
+
+    __slots__ = ("path", "open")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.open = True
+
+
+# The transactions the running code is inside (tasks started inside one
+# inherit it; ``open`` turns False when it ends).
+_inside: ContextVar[tuple[_Open, ...]] = ContextVar("tinystore_sql_inside", default=())
+
+
+def _check_not_inside(db: "Database", what: str) -> None:
+    """Refuses a write through ``db`` from inside one of its transactions:
+    it would wait for the writer that transaction holds until ``fn`` ends."""
+    path = None
+    for t in _inside.get():
+        if t.open:
+            path = path or db.path
+            if t.path == path:
+                raise ConflictError(
+                    f"{what} inside db.tx of the same database ({db.name!r}) would wait for that transaction, "
+                    "which holds the database's writer until its function returns: use the tx it was given "
+                    "(tx.exec, tx.query), or write after the transaction"
+                )
 
 
 class Done(NamedTuple):
@@ -52,11 +84,15 @@ class Database:
         ``last_insert_rowid``. Raises ``SqlError`` (a ``sqlite3.DatabaseError``)
         when it fails, ``BusyError`` (a ``TimeoutError``) when another writer
         held the database past the busy timeout (5 s unless set),
-        ``ClosedError``."""
+        ``ClosedError``; ``ConflictError`` at once when called inside a
+        ``tx`` of this database (use that ``tx``)."""
+        _check_not_inside(self, "db.exec")
         return Done(*await _aio.result(self._native.exec(sql, *params)))
 
     async def query(self, sql: str, *params: SqlValue) -> List[Row]:
-        """Runs a query; gives its rows as dicts of column name to value."""
+        """Runs a query; gives its rows as dicts of column name to value.
+        Inside a ``tx`` of this database it does not see that transaction's
+        writes (``tx.query`` does)."""
         return await _aio.result(self._native.query(sql, *params))
 
     async def tx(self, fn: Callable[["SqlTx"], Union[Awaitable[R], R]]) -> R:
@@ -73,8 +109,13 @@ class Database:
         ``ClosedError`` that says the rows stand when the owner went away
         while the messages left (do not run it again then).
         ``InvalidError`` for a channel of another store handle.
+        ``ConflictError`` at once for a ``db.tx`` or ``db.exec`` of this
+        database inside ``fn`` (they would wait for this one to end).
         """
+        _check_not_inside(self, "db.tx")
         native = await _aio.result(self._native.begin())
+        this = _Open(self.path)
+        token = _inside.set(_inside.get() + (this,))
         try:
             out = fn(SqlTx(native))
             if inspect.isawaitable(out):
@@ -82,6 +123,9 @@ class Database:
         except BaseException:
             await _aio.result(native.rollback())
             raise
+        finally:
+            this.open = False
+            _inside.reset(token)
         await _aio.result(native.commit())
         return out  # type: ignore[return-value]
 
