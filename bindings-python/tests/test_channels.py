@@ -650,6 +650,38 @@ async def test_a_message_that_is_not_json_goes_to_on_error_and_the_subscription_
     await sub.stop()
 
 
+@dataclass
+class Ev:
+    id: int
+
+
+async def test_a_message_not_of_the_channels_type_is_reported_with_its_seq_and_the_subscription_goes_on(
+    store: tinystore.Store,
+) -> None:
+    # Another program publishes to the channel without sharing its type.
+    typed = store.channel("typed-ev", Ev).under(1)
+    raw = store.channel("typed-ev").under(1)
+    got: List[Ev] = []
+    errors: List[BaseException] = []
+    sub = await typed.subscribe(lambda m: got.append(m.value), on_error=errors.append)
+    it = await typed.messages()
+    await typed.publish(Ev(1))
+    await raw.publish({"idd": 2})
+    await typed.publish(Ev(3))
+    await until(lambda: len(got) + len(errors) == 3, what="every message or its error")
+    assert got == [Ev(1), Ev(3)]
+    assert [type(e) for e in errors] == [TypeError]
+    assert (await it.__anext__()).value == Ev(1)
+    with pytest.raises(TypeError) as raised:
+        await it.__anext__()
+    assert (await it.__anext__()).value == Ev(3), "the iterator goes on at the next message"
+    if sys.version_info >= (3, 11):
+        for e in (errors[0], raised.value):
+            assert any("message 2 of branch ('1',)" in n for n in e.__notes__), e.__notes__
+    await it.aclose()
+    await sub.stop()
+
+
 async def test_publish_from_a_thread_without_an_event_loop_raises_before_publishing(store: tinystore.Store) -> None:
     branch = store.channel("threads").under(1)
     got: List[Any] = []

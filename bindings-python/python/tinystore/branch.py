@@ -117,8 +117,10 @@ class Branch(Generic[T]):
           handler fell behind the branch's log (its newest 1,024 messages or
           4 MiB), with the exact ``count`` missed and ``reason`` ``"behind"``
           (``"reconnect"`` after a dropped connection).
-        - ``on_error(exception)``: called when the handler raises; the
-          subscription goes on. Without it, the loop's exception handler
+        - ``on_error(exception)``: called when the handler raises, or when
+          a message cannot be decoded (not JSON, or not of a typed channel's
+          type: a publisher that does not share it), with a note naming its
+          seq and branch; the subscription goes on. Without it, the loop's exception handler
           reports the error. From Python 3.11, a handler that lets a
           ``CancelledError`` out (it awaited something cancelled) is
           reported as a ``RuntimeError`` caused by it, and only cancelling

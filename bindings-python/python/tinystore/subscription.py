@@ -48,6 +48,17 @@ def _stray(e: asyncio.CancelledError, who: str) -> RuntimeError:
     return err
 
 
+def _unfit(e: BaseException, seq: int, branch: Any) -> BaseException:
+    """``e``, from decoding message ``seq`` of ``branch``, with a note saying
+    which message it was (Python 3.11 and later)."""
+    if hasattr(e, "add_note"):
+        e.add_note(
+            f"tinystore: message {seq} of branch {tuple(branch)!r} could not be decoded to the channel's type "
+            "(a publisher that does not share it?); the subscription goes on at the next message"
+        )
+    return e
+
+
 async def _next_batch(native: Any, watch: Optional[_aio.LoopWatch]) -> list[Any]:
     r = native.next_batch(BATCH)
     if type(r) is _aio.Pending:
@@ -120,9 +131,14 @@ class Subscription(Generic[T]):
                     return
                 try:
                     if kind == _MESSAGE:
-                        out = handler(Message(b if convert is None else convert(b), c, a))
+                        try:
+                            v = b if convert is None else convert(b)
+                        except Exception as e:
+                            _unfit(e, a, c)
+                            raise
+                        out = handler(Message(v, c, a))
                     elif kind == _UNDECODABLE:
-                        raise b
+                        raise _unfit(b, a, c)
                     elif self._on_missed is not None:
                         out = self._on_missed(Missed(a, b))
                     else:
@@ -159,6 +175,14 @@ class Messages(Generic[T]):
     Yields :class:`Message` objects, and a :class:`Missed` just before the
     message that follows missed ones. Iterating a branch directly subscribes
     at the first step; ``await branch.messages()`` subscribes at once.
+
+    A message that cannot be decoded (not JSON: ``json.JSONDecodeError``;
+    not of a typed channel's type, as published by a program that does not
+    share it: ``TypeError`` or ``ValueError``) raises from the step that
+    reaches it, with a note naming its seq and branch. That ends a plain
+    ``async for``; the same iterator goes on at the next message when
+    iterated again (``sub = await branch.messages()``, then loop over
+    ``sub`` in a ``try``).
     ``aclose()`` (or ``stop()``) ends it; so does leaving it to the garbage
     collector.
     """
@@ -193,9 +217,13 @@ class Messages(Generic[T]):
             self._ready.extend(batch)
         kind, a, b, c = self._ready.popleft()
         if kind == _MESSAGE:
-            return Message(self._codec.converted(b), c, a)
+            try:
+                return Message(self._codec.converted(b), c, a)
+            except Exception as e:
+                _unfit(e, a, c)
+                raise
         if kind == _UNDECODABLE:
-            raise b
+            raise _unfit(b, a, c)
         return Missed(a, b)
 
     async def aclose(self) -> None:
