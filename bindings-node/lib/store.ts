@@ -233,7 +233,9 @@ export class Store {
    * @param name - `[a-z0-9][a-z0-9_-]{0,63}`, like `'chat'`.
    * @param options - `migrations`: a folder of numbered `.sql` files.
    * @throws {@link SqlError} when a migration fails (nothing of it stays
-   * applied) or an applied one was edited; {@link InvalidError}; {@link IoError}.
+   * applied), an applied one was edited, or a new one is numbered below one
+   * already applied (it would run out of order); {@link InvalidError};
+   * {@link IoError}.
    */
   async database(name: string, options: DatabaseOptions = {}): Promise<Database> {
     check.name('database', name, 'chat')

@@ -164,8 +164,9 @@ impl DatabaseBuilder {
         DatabaseBuilder { store, name: name.to_owned(), migrations: None, busy_timeout: DEFAULT_BUSY_TIMEOUT }
     }
 
-    /// A folder of numbered `.sql` files (`0004_summary_fence.sql`), applied
-    /// in order, each once, each in its own transaction.
+    /// A folder of numbered `.sql` files (`0004_summary_fence.sql`, the
+    /// extension in any case), applied in order, each once, each in its own
+    /// transaction. Other files are left alone.
     pub fn migrations(mut self, dir: impl AsRef<Path>) -> Self {
         self.migrations = Some(dir.as_ref().to_path_buf());
         self
@@ -180,7 +181,8 @@ impl DatabaseBuilder {
 
     /// Opens `<dir>/<name>.db` and applies the migrations. Errors: `invalid`
     /// (name out of rule, or `kv`, the store's own), `sql` (a migration failed: nothing of it stays
-    /// applied; or an applied file was edited), `io`, `busy`, `closed`.
+    /// applied; or an applied file was edited; or a new one is numbered below
+    /// one applied), `io`, `busy`, `closed`.
     pub fn open(self) -> Result<Database> {
         check_name("database", &self.name)?;
         if self.name == "kv" {
@@ -555,7 +557,7 @@ fn migrate(c: &Connection, dir: &Path) -> Result<()> {
     for entry in rd {
         let entry = entry.map_err(|e| Error::io("could not read the migrations folder", e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.ends_with(".sql") {
+        if !name.to_ascii_lowercase().ends_with(".sql") {
             continue;
         }
         let digits: String = name.chars().take_while(char::is_ascii_digit).collect();
@@ -579,6 +581,7 @@ fn migrate(c: &Connection, dir: &Path) -> Result<()> {
         "create table if not exists _tinystore_migrations (version integer primary key, name text not null, checksum text not null, applied_at integer not null)",
         [],
     )?;
+    let latest: Option<i64> = c.query_row("select max(version) from _tinystore_migrations", [], |r| r.get(0))?;
     for (version, name, path) in files {
         let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&format!("could not read {}", path.display()), e))?;
         let sum = format!("{:x}", Sha256::digest(text.as_bytes()));
@@ -593,14 +596,23 @@ fn migrate(c: &Connection, dir: &Path) -> Result<()> {
         match applied {
             Some((_, old)) if old == sum => continue,
             Some((old_name, _)) => {
+                let was = if old_name == name { "changed since it was applied".to_owned() } else { format!("differs from {old_name}, which was applied") };
                 return Err(Error::new(
                     ErrorKind::Sql,
-                    format!(
-                        "migration {name} differs from {old_name}, which was applied as number {version}: applied migrations must not change; add a new numbered file instead"
-                    ),
+                    format!("migration {name} {was} as number {version}: applied migrations must not change; add a new numbered file instead"),
                 ));
             }
             None => {}
+        }
+        if let Some(latest) = latest.filter(|l| version < *l) {
+            // Applied now, it would run after later ones already applied
+            // (a teammate's file that came in late).
+            return Err(Error::new(
+                ErrorKind::Sql,
+                format!(
+                    "migration {name} is new but numbered {version}, below number {latest}, which is applied already: it would run out of order; number it above {latest}"
+                ),
+            ));
         }
         conn_tx.execute_batch(&text).map_err(|e| Error::new(ErrorKind::Sql, format!("migration {name} failed, nothing of it was applied: {e}")))?;
         conn_tx.execute(

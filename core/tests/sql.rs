@@ -184,7 +184,23 @@ fn sql_migrations_apply_in_order_once_and_refuse_edits_and_half_failures() {
     std::fs::write(m.join("0001_a.sql"), "create table log (v text); insert into log values ('A');").unwrap();
     let e = store.database("m").migrations(&m).open().err().unwrap();
     assert_eq!(e.code(), "sql");
+    assert!(e.message().contains("0001_a.sql changed since it was applied"), "{e}");
     assert!(e.message().contains("must not change"), "{e}");
+    std::fs::write(m.join("0001_a.sql"), "create table log (v text); insert into log values ('a');").unwrap();
+    // A file that came in late, numbered below one applied, is refused
+    // rather than run after it; any case of the extension counts.
+    std::fs::write(m.join("0002_late.SQL"), "insert into log values ('late');").unwrap();
+    std::fs::write(m.join("0004_d.Sql"), "insert into log values ('d');").unwrap();
+    let e = store.database("m").migrations(&m).open().err().unwrap();
+    assert!(e.message().contains("same number 2"), "{e}");
+    std::fs::remove_file(m.join("0002_late.SQL")).unwrap();
+    std::fs::write(m.join("0000_late.SQL"), "insert into log values ('late');").unwrap();
+    let e = store.database("m").migrations(&m).open().err().unwrap();
+    assert!(e.message().contains("0000_late.SQL is new but numbered 0, below number 3"), "{e}");
+    assert_eq!(order(), ["a", "b", "c"], "nothing of the folder applied");
+    std::fs::remove_file(m.join("0000_late.SQL")).unwrap();
+    store.database("m").migrations(&m).open().unwrap();
+    assert_eq!(order(), ["a", "b", "c", "d"]);
     std::fs::write(m.join("9_x.sql"), "").unwrap();
     std::fs::write(m.join("09_y.sql"), "").unwrap();
     std::fs::write(m.join("0001_a.sql"), "create table log (v text); insert into log values ('a');").unwrap();

@@ -40,6 +40,9 @@ type options struct {
 
 // Migrations applies the numbered .sql files of dir (0004_summary_fence.sql)
 // in order, each once, each in its own transaction, when the database opens.
+// Opening fails with [tinystore.ErrSQL] when one fails (nothing of it stays
+// applied), an applied one was edited, or a new one is numbered below one
+// already applied (it would run out of order).
 func Migrations(dir string) Option {
 	return func(o *options) { o.migrations = dir }
 }

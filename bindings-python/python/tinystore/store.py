@@ -111,7 +111,8 @@ class Store:
         (``0004_summaries.sql``), applied in order, each once, each in its own
         transaction. ``busy_timeout`` (default 5 s) is how long a writer waits
         for another. Raises ``SqlError`` when a migration fails (nothing of it
-        stays applied) or an applied file was edited.
+        stays applied), an applied file was edited, or a new file is numbered
+        below one already applied (it would run out of order: renumber it).
         """
         mig = os.fspath(migrations) if migrations is not None else None
         native = await _aio.result(self._native.database(name, mig, busy_timeout))
