@@ -57,8 +57,9 @@ func BusyTimeout(d time.Duration) Option {
 // applies its migrations.
 //
 // Errors: [tinystore.ErrInvalid] (name out of rule, like "chat"),
-// [tinystore.ErrSQL] (a migration failed: nothing of it stays applied; or
-// an applied file changed), [tinystore.ErrIO], [tinystore.ErrBusy],
+// [tinystore.ErrSQL] (a migration failed: nothing of it stays applied; an
+// applied file changed; or a new one is numbered below one applied),
+// [tinystore.ErrIO], [tinystore.ErrBusy],
 // [tinystore.ErrClosed], ctx.Err().
 func Open(ctx context.Context, store *tinystore.Store, name string, opts ...Option) (*DB, error) {
 	if err := ctx.Err(); err != nil {
