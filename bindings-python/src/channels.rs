@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
+use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use tinystore::channels::{Event, RawSubscription, Scope};
-use pyo3::IntoPyObjectExt;
 use tinystore::{Key, Store, runtime};
 
 use crate::pending::{Completer, Convert, none, run_future, value};

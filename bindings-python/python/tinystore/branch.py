@@ -120,11 +120,12 @@ class Branch(Generic[T]):
         - ``on_error(exception)``: called when the handler raises, or when
           a message cannot be decoded (not JSON, or not of a typed channel's
           type: a publisher that does not share it), with a note naming its
-          seq and branch; the subscription goes on. Without it, the loop's exception handler
-          reports the error. From Python 3.11, a handler that lets a
-          ``CancelledError`` out (it awaited something cancelled) is
-          reported as a ``RuntimeError`` caused by it, and only cancelling
-          the subscription's own task (its loop ending) ends it.
+          seq and branch; the subscription goes on. Without it, the loop's
+          exception handler reports the error. From Python 3.11, a handler
+          that lets a ``CancelledError`` out (it awaited something
+          cancelled) is reported as a ``RuntimeError`` caused by it, and
+          only cancelling the subscription's own task (its loop ending)
+          ends it.
         - ``recursive``: also every branch below this one.
 
         Stop it with ``await sub.stop()``; closing the store stops it too.

@@ -175,6 +175,8 @@ class Messages(Generic[T]):
     Yields :class:`Message` objects, and a :class:`Missed` just before the
     message that follows missed ones. Iterating a branch directly subscribes
     at the first step; ``await branch.messages()`` subscribes at once.
+    ``aclose()`` (or ``stop()``) ends it; so does leaving it to the garbage
+    collector.
 
     A message that cannot be decoded (not JSON: ``json.JSONDecodeError``;
     not of a typed channel's type, as published by a program that does not
@@ -183,8 +185,6 @@ class Messages(Generic[T]):
     ``async for``; the same iterator goes on at the next message when
     iterated again (``sub = await branch.messages()``, then loop over
     ``sub`` in a ``try``).
-    ``aclose()`` (or ``stop()``) ends it; so does leaving it to the garbage
-    collector.
     """
 
     def __init__(
