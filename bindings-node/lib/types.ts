@@ -1,6 +1,6 @@
 /**
  * A duration: text of a number and a unit (`'250ms'`, `'30s'`, `'2m'`,
- * `'1h'`), or a number of milliseconds.
+ * `'1h'`, or several in a row: `'1m30s'`), or a number of milliseconds.
  */
 export type Duration = string | number
 

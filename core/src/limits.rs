@@ -79,26 +79,43 @@ pub fn check_positive(what: &str, d: Duration) -> Result<Duration> {
 }
 
 /// Parses a duration written as a number and a unit: `"250ms"`, `"30s"`,
-/// `"2m"`, `"1h"` (also `"1.5s"`). Errors with `invalid` otherwise.
+/// `"2m"`, `"1h"` (also `"1.5s"`), or several in a row, largest first or
+/// not: `"1m30s"`, `"1h 30m"`. Errors with `invalid` otherwise, saying
+/// what was wrong (a negative duration, a number without its unit).
 pub fn parse_duration(text: &str) -> Result<Duration> {
-    let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let scale = match unit.trim() {
-        "ms" => 1e-3,
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        _ => f64::NAN,
+    let not_understood = || {
+        Error::invalid(format!(
+            "duration {text:?} is not understood: write a number and a unit of ms, s, m or h, like \"250ms\", \"30s\", \"2m\", \"1h\" or \"1m30s\""
+        ))
     };
-    match num.parse::<f64>() {
-        Ok(n) if scale.is_finite() && n.is_finite() && n >= 0.0 && n * scale < MAX_SPAN.as_secs_f64() => {
-            Ok(Duration::from_secs_f64(n * scale))
-        }
-        _ => Err(Error::invalid(format!(
-            "duration {text:?} is not understood: write a number and a unit of ms, s, m or h, like \"250ms\", \"30s\", \"2m\" or \"1h\""
-        ))),
+    let t = text.trim();
+    if t.starts_with('-') {
+        return Err(Error::invalid(format!("duration {text:?} is negative: a duration is 0 or more, like \"30s\"")));
     }
+    let (mut rest, mut total, mut parts) = (t, 0.0f64, 0);
+    while !rest.is_empty() {
+        let split = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let (num, after) = rest.split_at(split);
+        let after = after.trim_start();
+        let (scale, unit) = if after.starts_with("ms") {
+            (1e-3, 2)
+        } else {
+            match after.chars().next() {
+                Some('s') => (1.0, 1),
+                Some('m') => (60.0, 1),
+                Some('h') => (3600.0, 1),
+                _ => return Err(not_understood()),
+            }
+        };
+        let n: f64 = num.parse().map_err(|_| not_understood())?;
+        total += n * scale;
+        parts += 1;
+        rest = after[unit..].trim_start();
+    }
+    if parts == 0 || !total.is_finite() || total >= MAX_SPAN.as_secs_f64() {
+        return Err(not_understood());
+    }
+    Ok(Duration::from_secs_f64(total))
 }
 
 /// Formats a duration the way [`parse_duration`] reads it.
@@ -138,9 +155,15 @@ mod tests {
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
         assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        for bad in ["", "30", "-1s", "1d", "s", "1e3s"] {
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("1s500ms").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration(" 30 s ").unwrap(), Duration::from_secs(30));
+        for bad in ["", "30", "-1s", "1d", "s", "1e3s", "1h30", "1..5s", "m30s", "1m-30s"] {
             assert_eq!(parse_duration(bad).unwrap_err().code(), "invalid", "{bad}");
         }
+        assert!(parse_duration("-1s").unwrap_err().message().contains("0 or more"));
+        assert!(parse_duration("1h30").unwrap_err().message().contains("1m30s"));
         assert!(check_ttl(Duration::from_millis(999)).is_err());
         assert!(check_ttl(Duration::from_secs(3601)).is_err());
         check_ttl(Duration::from_secs(1)).unwrap();

@@ -12,8 +12,8 @@ from . import _aio, _native
 from .errors import LostError
 from .lease import Lease, Permit
 
-#: A duration: a string (``"250ms"``, ``"30s"``, ``"2m"``, ``"1h"``), a number
-#: of seconds, or a ``timedelta``.
+#: A duration: a string (``"250ms"``, ``"30s"``, ``"2m"``, ``"1h"``,
+#: ``"1m30s"``), a number of seconds, or a ``timedelta``.
 Duration = Union[str, float, int, timedelta]
 #: A lock key: an int (its decimal digits) or a str of 1 to 1,024 bytes.
 Key = Union[int, str]

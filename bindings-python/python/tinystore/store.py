@@ -68,8 +68,8 @@ class Store:
         - ``max_hold``: no lease outlasts this, owned or connected; default none.
         - ``wait``: how long ``hold`` waits for a key; default 10 s.
 
-        Durations are strings (``"250ms"``, ``"30s"``, ``"2m"``, ``"1h"``),
-        seconds or ``timedelta``. Raises ``InvalidError`` for a name or
+        Durations are strings (``"250ms"``, ``"30s"``, ``"2m"``, ``"1h"``,
+        ``"1m30s"``), seconds or ``timedelta``. Raises ``InvalidError`` for a name or
         duration out of rule, ``ClosedError`` once the store is closed.
 
         Never waits: a connected store asks the owner in the background, and
