@@ -655,7 +655,7 @@ class Ev:
     id: int
 
 
-async def test_a_message_not_of_the_channels_type_is_reported_with_its_seq_and_the_subscription_goes_on(
+async def test_chan_01_a_message_not_of_the_channels_type_is_reported_with_its_seq_and_the_subscription_goes_on(
     store: tinystore.Store,
 ) -> None:
     # Another program publishes to the channel without sharing its type.

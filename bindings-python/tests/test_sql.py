@@ -64,7 +64,7 @@ async def test_a_cancelled_transaction_rolls_back(store: tinystore.Store) -> Non
     await db.exec("insert into chats (title) values ('next')")  # the writer is free again
 
 
-async def test_a_write_through_the_database_inside_its_own_tx_is_refused_at_once(store: tinystore.Store) -> None:
+async def test_chan_03_a_write_through_the_database_inside_its_own_tx_is_refused_at_once(store: tinystore.Store) -> None:
     db = await store.database("chat", migrations=MIGRATIONS)
     later: list[asyncio.Task[Any]] = []
     started = asyncio.get_running_loop().time()

@@ -44,17 +44,27 @@ class _LoopCompleter:
         # Cancelled ones are skipped: dropping the value lets a lease go.
         self.native.settle(self.futures)
 
-    def start(self, loop: asyncio.AbstractEventLoop, pending: Any) -> asyncio.Future[Any]:
+    def begin(self, loop: asyncio.AbstractEventLoop, pending: Any) -> "tuple[int, asyncio.Future[Any]]":
+        """Starts ``pending``: its id and the future ``settle`` settles."""
         call = self.native.start(pending)
         fut = loop.create_future()
         self.futures[call] = fut
+        return call, fut
+
+    def start(self, loop: asyncio.AbstractEventLoop, pending: Any) -> asyncio.Future[Any]:
+        """:meth:`begin`, the call cancelled when its future is."""
+        call, fut = self.begin(loop, pending)
         fut.add_done_callback(partial(self._settled, call))
         return fut
 
     def _settled(self, call: int, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled():
-            self.futures.pop(call, None)
-            self.native.cancel(call)
+            self.cancel(call)
+
+    def cancel(self, call: int) -> None:
+        """Abandons ``call``: a waiter leaves the queue."""
+        self.futures.pop(call, None)
+        self.native.cancel(call)
 
 
 class LoopWatch:
@@ -109,8 +119,7 @@ class LoopWatch:
         if self._loop is not loop:
             return _completer(loop)  # another loop reads it, or none can
         if spin and not self._spinning and self._reader is not None:
-            self._spinning = True
-            loop.call_soon(self._spin, loop)
+            self._start_spin(loop)
         return self._completer  # type: ignore[return-value]
 
     def sent(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -119,8 +128,11 @@ class LoopWatch:
         not (a grant that waits in line)."""
         r = self._reader
         if r is not None and not self._spinning and self._loop is loop and r.spinning:
-            self._spinning = True
-            loop.call_soon(self._spin, loop)
+            self._start_spin(loop)
+
+    def _start_spin(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._spinning = True
+        loop.call_soon(self._spin, loop)
 
     def _spin(self, loop: asyncio.AbstractEventLoop) -> None:
         # A ready callback makes the loop poll its selector without waiting.
@@ -252,10 +264,7 @@ async def call(pending: Any, watch: Optional[LoopWatch] = None) -> Any:
         raise RuntimeError(_FORKED)
     loop = asyncio.get_running_loop()
     c = _completer(loop) if watch is None else watch.ensure(loop, False)
-    native = c.native
-    call_id = native.start(pending)
-    fut = loop.create_future()
-    c.futures[call_id] = fut
+    call_id, fut = c.begin(loop, pending)
     if watch is not None:
         watch.sent(loop)
     try:
@@ -263,8 +272,7 @@ async def call(pending: Any, watch: Optional[LoopWatch] = None) -> Any:
     except BaseException:
         if fut.cancelled():
             # Cancelled before its outcome came (the task was cancelled).
-            c.futures.pop(call_id, None)
-            native.cancel(call_id)
+            c.cancel(call_id)
         raise
 
 

@@ -37,16 +37,13 @@ _inside: ContextVar[tuple[_Open, ...]] = ContextVar("tinystore_sql_inside", defa
 def _check_not_inside(db: "Database", what: str) -> None:
     """Refuses a write through ``db`` from inside one of its transactions:
     it would wait for the writer that transaction holds until ``fn`` ends."""
-    path = None
-    for t in _inside.get():
-        if t.open:
-            path = path or db.path
-            if t.path == path:
-                raise ConflictError(
-                    f"{what} inside db.tx of the same database ({db.name!r}) would wait for that transaction, "
-                    "which holds the database's writer until its function returns: use the tx it was given "
-                    "(tx.exec, tx.query), or write after the transaction"
-                )
+    open_paths = {t.path for t in _inside.get() if t.open}
+    if open_paths and db.path in open_paths:
+        raise ConflictError(
+            f"{what} inside db.tx of the same database ({db.name!r}) would wait for that transaction, "
+            "which holds the database's writer until its function returns: use the tx it was given "
+            "(tx.exec, tx.query), or write after the transaction"
+        )
 
 
 class Done(NamedTuple):
