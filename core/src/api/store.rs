@@ -9,16 +9,18 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
-use crate::channels::{BranchStatus, ChannelBuilder, Channels, RawSubscription, Resume, Scope};
-use crate::client::Client;
-use crate::server::Server;
-use crate::wire::Address;
-use crate::error::{Error, ErrorKind, Result};
-use crate::key::Key;
-use crate::limits::check_name;
-use crate::locks::{Holder, Kind, KeyStatus, LockBuilder, Locks, RawLease, SemaphoreBuilder, Table, Terms};
+use crate::api::channels::ChannelBuilder;
+use crate::api::locks::{LockBuilder, SemaphoreBuilder};
+use crate::engine::channels::{BranchStatus, Channels, RawSubscription, Resume, Scope};
+use crate::net::client::Client;
+use crate::net::server::Server;
+use crate::net::wire::Address;
+use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::key::Key;
+use crate::base::limits::check_name;
+use crate::engine::locks::{Holder, Kind, KeyStatus, Locks, RawLease, Table, Terms};
 use crate::runtime;
-use crate::sql::DatabaseBuilder;
+use crate::api::sql::DatabaseBuilder;
 
 /// How to open a store.
 #[derive(Debug, Clone, Default)]
@@ -76,7 +78,7 @@ impl ConnectOptions {
     }
     /// How long a request may go unanswered (beyond a hold's `wait`)
     /// before it fails with `timeout`. Default
-    /// [`REQUEST_TIMEOUT`](crate::limits::REQUEST_TIMEOUT), 10 s; checked
+    /// [`REQUEST_TIMEOUT`](crate::base::limits::REQUEST_TIMEOUT), 10 s; checked
     /// every 250 ms.
     pub fn request_timeout(mut self, t: Duration) -> ConnectOptions {
         self.request_timeout = Some(t);
@@ -249,7 +251,7 @@ impl Store {
         let tls = match &addr {
             Address::Tls(_) => {
                 let ca = opts.ca_file.or_else(|| std::env::var_os("TINYSTORE_CA").filter(|v| !v.is_empty()).map(PathBuf::from));
-                Some(crate::tls::ClientTls::load(address, ca)?)
+                Some(crate::net::tls::ClientTls::load(address, ca)?)
             }
             _ => None,
         };
@@ -328,10 +330,10 @@ impl Store {
     /// event loop to read ([`LoopReader`](crate::LoopReader));
     /// `None` in the owning process, over TCP or TLS, and while
     /// disconnected.
-    pub fn loop_reader(&self) -> Option<crate::client::LoopReader> {
+    pub fn loop_reader(&self) -> Option<crate::net::client::LoopReader> {
         match &self.inner.backend {
             Backend::Owned(_) => None,
-            Backend::Connected(c) => crate::client::LoopReader::of(c),
+            Backend::Connected(c) => crate::net::client::LoopReader::of(c),
         }
     }
 
@@ -490,7 +492,7 @@ impl Store {
             Err(e) => PublishState::Done(Some(Err(e))),
             Ok(()) => match &self.inner.backend {
                 Backend::Owned(o) => PublishState::Done(Some(o.channels.publish(channel, branch, data).map(|_| ()))),
-                Backend::Connected(c) => match crate::channels::check_message(&data).and_then(|_| c.publish_send(channel, branch, &data)) {
+                Backend::Connected(c) => match crate::engine::channels::check_message(&data).and_then(|_| c.publish_send(channel, branch, &data)) {
                     Ok((rx, lead)) => PublishState::Waiting(rx, lead),
                     Err(e) => PublishState::Done(Some(Err(e))),
                 },
@@ -521,7 +523,7 @@ impl Store {
         }
         match &self.inner.backend {
             Backend::Owned(o) => Some(o.channels.publish(channel, branch, data.into()).map(|_| ())),
-            Backend::Connected(c) => match crate::channels::check_message(data).and_then(|_| c.publish_then(channel, branch, data, Box::new(done))) {
+            Backend::Connected(c) => match crate::engine::channels::check_message(data).and_then(|_| c.publish_then(channel, branch, data, Box::new(done))) {
                 Ok(()) => None,
                 Err(e) => Some(Err(e)),
             },
@@ -662,7 +664,7 @@ impl std::future::Future for Publish {
                 }
                 p.map(|r| match r {
                     Ok(r) => r.map(|_| ()),
-                    Err(_) => Err(crate::client::publish_cut_off()),
+                    Err(_) => Err(crate::net::client::publish_cut_off()),
                 })
             }
         }

@@ -7,7 +7,6 @@
 //! not by someone happening to call in.
 
 mod lease;
-mod lock;
 
 use std::collections::VecDeque;
 
@@ -22,11 +21,10 @@ use tokio::sync::oneshot;
 
 pub use self::lease::RawLease;
 pub(crate) use self::lease::{LeaseShared, LostReason};
-pub use self::lock::{Lease, Lock, LockBuilder, LockOptions, Permit, Semaphore, SemaphoreBuilder};
-use crate::error::{Error, ErrorKind, Result};
-use crate::fence::Fence;
-use crate::key::Key;
-use crate::limits::format_duration;
+use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::fence::Fence;
+use crate::base::key::Key;
+use crate::base::limits::format_duration;
 use crate::runtime;
 
 /// Who holds or waits: the engine refuses a `hold` of a key its holder

@@ -8,10 +8,10 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::{Holder, HolderStatus, Table, Terms};
-use crate::error::{Error, Result};
-use crate::fence::Fence;
-use crate::key::Key;
-use crate::limits::format_duration;
+use crate::base::error::{Error, Result};
+use crate::base::fence::Fence;
+use crate::base::key::Key;
+use crate::base::limits::format_duration;
 use crate::runtime::{self, Due};
 
 const HELD: u8 = 0;
@@ -181,7 +181,7 @@ pub struct RawLease {
 
 enum Inner {
     Local(Arc<LeaseShared>),
-    Remote(crate::client::RemoteLeaseHandle),
+    Remote(crate::net::client::RemoteLeaseHandle),
 }
 
 impl RawLease {
@@ -189,7 +189,7 @@ impl RawLease {
         RawLease { inner: Inner::Local(shared) }
     }
 
-    pub(crate) fn remote(h: crate::client::RemoteLeaseHandle) -> RawLease {
+    pub(crate) fn remote(h: crate::net::client::RemoteLeaseHandle) -> RawLease {
         RawLease { inner: Inner::Remote(h) }
     }
 

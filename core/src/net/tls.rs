@@ -18,15 +18,15 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio::sync::Notify;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::base::error::{Error, ErrorKind, Result};
 use crate::runtime;
-use crate::wire::WriteHalf;
+use crate::net::wire::WriteHalf;
 
 /// How long a TLS handshake may take, either side.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 
 /// Bytes a connection's writer task may have waiting: past this its half
-/// reports `WouldBlock`, so the [`Sink`](crate::wire::Sink) queues and
+/// reports `WouldBlock`, so the [`Sink`](crate::net::wire::Sink) queues and
 /// counts them (its pending bound holds over TLS too).
 const WRITER_QUEUE: usize = 256 * 1024;
 
@@ -195,7 +195,7 @@ async fn refuse_plain(s: &mut tokio::net::TcpStream) {
         ErrorKind::Protocol,
         "this address speaks TLS: connect with tls:HOST:PORT (not tcp:) and set TINYSTORE_CA to the CA file that signed the store's certificate",
     );
-    let frame = crate::wire::frame(&crate::wire::Reply { id: Some(0), err: Some((&e).into()), ..Default::default() });
+    let frame = crate::net::wire::frame(&crate::net::wire::Reply { id: Some(0), err: Some((&e).into()), ..Default::default() });
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
         s.write_all(&frame).await?;
         s.shutdown().await?;
@@ -214,7 +214,7 @@ async fn refuse_plain(s: &mut tokio::net::TcpStream) {
     .await;
 }
 
-/// Splits a TLS stream into a frame reader's half and a [`Sink`](crate::wire::Sink)'s.
+/// Splits a TLS stream into a frame reader's half and a [`Sink`](crate::net::wire::Sink)'s.
 fn split(s: tokio_rustls::TlsStream<tokio::net::TcpStream>) -> (Box<dyn AsyncRead + Send + Unpin>, WriteHalf) {
     let (r, w) = tokio::io::split(s);
     (Box::new(r), WriteHalf::Tls(TlsHalf::start(w)))

@@ -4,13 +4,13 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::{Holder, Kind, RawLease, Terms};
-use crate::error::{Error, Result};
-use crate::fence::Fence;
-use crate::key::Key;
-use crate::limits::{DEFAULT_TTL, DEFAULT_WAIT, check_name, check_positive, check_ttl};
+use crate::engine::locks::{Holder, Kind, RawLease, Terms};
+use crate::base::error::{Error, Result};
+use crate::base::fence::Fence;
+use crate::base::key::Key;
+use crate::base::limits::{DEFAULT_TTL, DEFAULT_WAIT, check_name, check_positive, check_ttl};
 use crate::runtime;
-use crate::store::{RawLock, Store};
+use crate::api::store::{RawLock, Store};
 
 static NEXT_HOLDER: AtomicU64 = AtomicU64::new(1);
 

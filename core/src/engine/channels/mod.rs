@@ -10,7 +10,6 @@
 
 pub(crate) mod log;
 mod subscription;
-mod typed;
 
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::Arc;
@@ -22,10 +21,9 @@ use parking_lot::{Mutex, RwLock};
 pub use self::log::Msg;
 use self::log::{Budget, Log};
 pub use self::subscription::{Event, Missed, MissedReason, RawSubscription};
-pub use self::typed::{Branch, Channel, ChannelBuilder, Delivery, Message, Messages, Subscriber, Subscription};
-use crate::error::{Error, Result};
-use crate::key::Key;
-use crate::limits::{MAX_MESSAGE_BYTES, MAX_SUBSCRIPTIONS, STORE_CHANNEL_BYTES};
+use crate::base::error::{Error, Result};
+use crate::base::key::Key;
+use crate::base::limits::{MAX_MESSAGE_BYTES, MAX_SUBSCRIPTIONS, STORE_CHANNEL_BYTES};
 
 /// How long a branch with no subscriber keeps its sequence numbers, so a
 /// subscriber that comes back (a reconnect) learns what it missed.

@@ -79,11 +79,11 @@ pub struct RawSubscription {
 
 enum Src {
     Local(Arc<Shared>),
-    Remote(Arc<crate::client::RemoteSub>),
+    Remote(Arc<crate::net::client::RemoteSub>),
 }
 
 impl RawSubscription {
-    pub(crate) fn remote(sub: Arc<crate::client::RemoteSub>) -> RawSubscription {
+    pub(crate) fn remote(sub: Arc<crate::net::client::RemoteSub>) -> RawSubscription {
         RawSubscription { src: Src::Remote(sub) }
     }
 

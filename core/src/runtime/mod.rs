@@ -29,10 +29,10 @@ extern "C" fn forked_child() {
 
 /// An error when this process is a child forked after its parent started
 /// the engine: its stores, leases and subscriptions stayed in the parent.
-pub(crate) fn check_not_forked() -> crate::Result<()> {
+pub(crate) fn check_not_forked() -> crate::base::error::Result<()> {
     if FORKED.load(Ordering::Acquire) {
-        return Err(crate::Error::new(
-            crate::ErrorKind::Closed,
+        return Err(crate::base::error::Error::new(
+            crate::base::error::ErrorKind::Closed,
             "this process was forked after its parent opened a store: the store, its leases and subscriptions stay with the parent (threads do not survive fork()); open stores in processes that did not inherit an open engine (multiprocessing's 'spawn' or 'forkserver', or open only in the children)",
         ));
     }

@@ -18,14 +18,14 @@ use parking_lot::Mutex;
 use tokio::io::AsyncRead;
 use tokio::sync::Notify;
 
-use crate::channels::{Event, Missed, MissedReason, RawSubscription, Resume, Scope};
-use crate::error::{Error, ErrorKind, Result};
-use crate::key::Key;
-use crate::limits::{CONNECTION_PENDING_BYTES, check_name, check_positive, check_ttl};
-use crate::locks::{Holder, Kind, OnGrant, Queued, RawLease, Table, Terms};
+use crate::engine::channels::{Event, Missed, MissedReason, RawSubscription, Resume, Scope};
+use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::key::Key;
+use crate::base::limits::{CONNECTION_PENDING_BYTES, check_name, check_positive, check_ttl};
+use crate::engine::locks::{Holder, Kind, OnGrant, Queued, RawLease, Table, Terms};
 use crate::runtime;
-use crate::store::WeakStore;
-use crate::wire::{self, AcquireOk, Address, FrameReader, HelloOk, Reply, Request, Sink, SubscribeOk, WireError, WriteHalf, need};
+use crate::api::store::WeakStore;
+use crate::net::wire::{self, AcquireOk, Address, FrameReader, HelloOk, Reply, Request, Sink, SubscribeOk, WireError, WriteHalf, need};
 
 /// What a token allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -87,7 +87,7 @@ struct Outbox {
     /// Holds waiting in line, by hold id.
     waits: Mutex<HashMap<u64, InLine>>,
     /// How many: while any, the client waits for a grant and the
-    /// connection's reader does not spin ([`crate::spin`]).
+    /// connection's reader does not spin ([`crate::net::spin`]).
     waiting: Arc<AtomicUsize>,
 }
 
@@ -175,7 +175,7 @@ fn answer_err(out: &Outbox, id: u64, e: &Error) {
 impl Server {
     pub(crate) fn new(store: WeakStore, shutdown: Option<Arc<Notify>>) -> Arc<Server> {
         // Read now: a TINYSTORE_SPIN it cannot use is said when serving starts.
-        crate::spin::window();
+        crate::net::spin::window();
         Arc::new(Server {
             store,
             leases: Mutex::new(HashMap::new()),
@@ -229,16 +229,16 @@ impl Server {
                 let tokens = Arc::new(Tokens::load(&dir)?);
                 let (cert, key) = match tls_files {
                     Some((c, k)) => (c.to_path_buf(), k.to_path_buf()),
-                    None => crate::tls::default_files(&dir),
+                    None => crate::net::tls::default_files(&dir),
                 };
-                let acceptor = tokio_rustls::TlsAcceptor::from(crate::tls::server_config(&cert, &key)?);
+                let acceptor = tokio_rustls::TlsAcceptor::from(crate::net::tls::server_config(&cert, &key)?);
                 let l = bind_tcp("tls", hp)?;
                 self.accept_loop(l, move |me, (s, peer)| {
                     // The handshake runs in the connection's task: a
                     // slow or plain client never holds up the others.
                     let (me2, tokens, acceptor) = (me.clone(), tokens.clone(), acceptor.clone());
                     runtime::spawn(async move {
-                        if let Some(halves) = crate::tls::accept(s, &acceptor).await {
+                        if let Some(halves) = crate::net::tls::accept(s, &acceptor).await {
                             me2.connection(halves, format!("tls:{peer}"), Some(tokens), Default::default()).await;
                         }
                     });
@@ -521,7 +521,7 @@ impl Conn {
                                     ErrorKind::Timeout,
                                     format!(
                                         "the key's turn came while this process had been silent for longer than its ttl of {} (frozen?), so it went to the next waiter: nothing ran; hold again",
-                                        crate::limits::format_duration(ttl)
+                                        crate::base::limits::format_duration(ttl)
                                     ),
                                 );
                                 answer_err(&out, id, &e);

@@ -18,14 +18,14 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, oneshot};
 
-use crate::channels::{Event, Missed, MissedReason, Msg, Scope};
-use crate::error::{Error, ErrorKind, Result};
-use crate::fence::Fence;
-use crate::key::Key;
-use crate::limits::{BRANCH_LOG_BYTES, BRANCH_LOG_MESSAGES};
-use crate::locks::{Holder, Kind, Terms};
+use crate::engine::channels::{Event, Missed, MissedReason, Msg, Scope};
+use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::fence::Fence;
+use crate::base::key::Key;
+use crate::base::limits::{BRANCH_LOG_BYTES, BRANCH_LOG_MESSAGES};
+use crate::engine::locks::{Holder, Kind, Terms};
 use crate::runtime;
-use crate::wire::{self, AcquireOk, Address, FrameReader, HelloOk, Reply, Request, Sink, SubscribeOk, WireResume};
+use crate::net::wire::{self, AcquireOk, Address, FrameReader, HelloOk, Reply, Request, Sink, SubscribeOk, WireResume};
 
 type Reader = FrameReader<Box<dyn tokio::io::AsyncRead + Send + Unpin>>;
 /// Answers awaited, with the instant each request fails unanswered.
@@ -48,7 +48,7 @@ enum Answer {
 
 impl Answer {
     /// A caller waits for it (not a renewal): the connection spins for it
-    /// ([`crate::spin::Expect`]).
+    /// ([`crate::net::spin::Expect`]).
     fn awaited(&self) -> bool {
         !matches!(self, Answer::Renewal(..))
     }
@@ -144,7 +144,7 @@ enum Source {
 pub(crate) struct SharedRead {
     fd: Arc<std::os::unix::net::UnixStream>,
     /// Polled, not slept on, until a window after the last call.
-    expect: crate::spin::Expect,
+    expect: crate::net::spin::Expect,
     slot: Mutex<Slot>,
     client: std::sync::Weak<Client>,
     conn: std::sync::Weak<Conn>,
@@ -517,7 +517,7 @@ impl LoopReader {
 
     /// Whether the loop should look at the socket again instead of
     /// sleeping: true until a short window after the last call that awaits
-    /// an answer ([`crate::spin`]). A loop keeps itself awake meanwhile
+    /// an answer ([`crate::net::spin`]). A loop keeps itself awake meanwhile
     /// (Node: an idle handle; Python: a callback scheduled soon).
     pub fn spinning(&self) -> bool {
         self.shared.expect.spinning()
@@ -541,7 +541,7 @@ pub(crate) struct Client {
     address: Address,
     token: Option<String>,
     /// For `tls:` addresses: who is trusted to vouch for the owner.
-    tls: Option<crate::tls::ClientTls>,
+    tls: Option<crate::net::tls::ClientTls>,
     session: String,
     /// Set for `open(dir)`: take the store over when its owner goes away.
     takeover: Option<PathBuf>,
@@ -556,10 +556,10 @@ pub(crate) struct Client {
     closing: AtomicBool,
     /// Holds waiting in line now: while any, the connection pings.
     waiting: AtomicU64,
-    /// [`crate::limits::REQUEST_TIMEOUT`] unless set, in milliseconds.
+    /// [`crate::base::limits::REQUEST_TIMEOUT`] unless set, in milliseconds.
     request_timeout_ms: AtomicU64,
     /// The store this process came to own by taking over, if it did.
-    pub(crate) owned: Mutex<Option<crate::store::Store>>,
+    pub(crate) owned: Mutex<Option<crate::api::store::Store>>,
 }
 
 impl Client {
@@ -567,7 +567,7 @@ impl Client {
     pub(crate) fn connect(
         address: Address,
         token: Option<String>,
-        tls: Option<crate::tls::ClientTls>,
+        tls: Option<crate::net::tls::ClientTls>,
         takeover: Option<PathBuf>,
         patience: Duration,
     ) -> Result<Arc<Client>> {
@@ -588,7 +588,7 @@ impl Client {
             closed: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             waiting: AtomicU64::new(0),
-            request_timeout_ms: AtomicU64::new(crate::limits::REQUEST_TIMEOUT.as_millis() as u64),
+            request_timeout_ms: AtomicU64::new(crate::base::limits::REQUEST_TIMEOUT.as_millis() as u64),
             owned: Mutex::new(None),
         });
         let first = runtime::block_on(async {
@@ -635,7 +635,7 @@ impl Client {
                 ErrorKind::Timeout,
                 format!(
                     "the store did not answer within {} (its owning process may be frozen or overloaded); the request may still take effect when it answers: a publish may yet be delivered, a hold is let go",
-                    crate::limits::format_duration(self.request_timeout())
+                    crate::base::limits::format_duration(self.request_timeout())
                 ),
             )));
         }
@@ -665,7 +665,7 @@ impl Client {
             }
             Address::Tls(hp) => {
                 let tls = self.tls.as_ref().ok_or_else(|| Error::invalid(format!("tls:{hp} needs a CA file: set TINYSTORE_CA")))?;
-                let (rd, wr) = crate::tls::dial(hp, tls).await?;
+                let (rd, wr) = crate::net::tls::dial(hp, tls).await?;
                 (Source::Stream(FrameReader::new(rd)), wr)
             }
         };
@@ -761,7 +761,7 @@ impl Client {
         if self.owned.lock().is_some() {
             return;
         }
-        if let Ok(store) = crate::store::Store::open_owner(dir) {
+        if let Ok(store) = crate::api::store::Store::open_owner(dir) {
             *self.owned.lock() = Some(store);
         }
     }
@@ -1082,7 +1082,7 @@ impl Client {
         terms: Terms,
         wait: Option<Duration>,
     ) -> Result<Option<RemoteLeaseHandle>> {
-        let ttl = terms.ttl.unwrap_or(crate::limits::DEFAULT_TTL);
+        let ttl = terms.ttl.unwrap_or(crate::base::limits::DEFAULT_TTL);
         let hold = self.next_id.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let until = started + wait.unwrap_or(Duration::ZERO) + Duration::from_secs(5);
@@ -1125,7 +1125,7 @@ impl Client {
                             ErrorKind::Timeout,
                             format!(
                                 "key {key} of {lock:?} was granted only after the wait of {} had passed (the store was slow to answer): it was let go and nothing ran; retry",
-                                crate::limits::format_duration(w)
+                                crate::base::limits::format_duration(w)
                             ),
                         ));
                     }

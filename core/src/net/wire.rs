@@ -8,11 +8,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::channels::{Missed, Resume};
-use crate::error::{Error, ErrorKind, Result};
-use crate::fence::Fence;
-use crate::key::Key;
-use crate::limits::MAX_MESSAGE_BYTES;
+use crate::engine::channels::{Missed, Resume};
+use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::fence::Fence;
+use crate::base::key::Key;
+use crate::base::limits::MAX_MESSAGE_BYTES;
 
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 2;
@@ -164,7 +164,7 @@ pub struct Reply<'a> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missed: Option<Missed>,
     /// An answer to a hold granted after waiting in line: the client had
-    /// to wait for another holder, so it stops spinning ([`crate::spin`]).
+    /// to wait for another holder, so it stops spinning ([`crate::net::spin`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub queued: bool,
     /// lost: the lease.
@@ -364,7 +364,7 @@ pub(crate) enum WriteHalf {
     Unix(UnixWriteHalf),
     Tcp(tokio::net::tcp::OwnedWriteHalf),
     /// Through a writer task: a TLS stream needs an await to write.
-    Tls(crate::tls::TlsHalf),
+    Tls(crate::net::tls::TlsHalf),
 }
 
 impl WriteHalf {
@@ -412,7 +412,7 @@ pub(crate) fn split_unix(
 ) -> std::io::Result<(Box<dyn tokio::io::AsyncRead + Send + Unpin>, WriteHalf)> {
     let s = std::sync::Arc::new(s.into_std()?);
     s.set_nonblocking(true)?;
-    let r = UnixReadHalf { afd: register_readable(&s)?, spin: crate::spin::Spin::new(), waiting };
+    let r = UnixReadHalf { afd: register_readable(&s)?, spin: crate::net::spin::Spin::new(), waiting };
     Ok((Box::new(r), WriteHalf::Unix(UnixWriteHalf(s))))
 }
 
@@ -437,10 +437,10 @@ pub(crate) fn register_readable(
 
 /// The read side of a Unix socket, registered for readability only. Once
 /// drained it is polled for a short window before the task sleeps
-/// ([`crate::spin`]).
+/// ([`crate::net::spin`]).
 struct UnixReadHalf {
     afd: tokio::io::unix::AsyncFd<std::sync::Arc<std::os::unix::net::UnixStream>>,
-    spin: crate::spin::Spin,
+    spin: crate::net::spin::Spin,
     waiting: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
@@ -780,7 +780,7 @@ pub fn fuzz_decode(bytes: &[u8]) -> usize {
                     let _ = k.check();
                 }
                 if let Some(c) = &r.channel {
-                    let _ = crate::limits::check_name("channel", c);
+                    let _ = crate::base::limits::check_name("channel", c);
                 }
             }
             let _ = serde_json::from_slice::<Reply>(frame);

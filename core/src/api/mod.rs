@@ -1,0 +1,7 @@
+//! The api layer: [`Store`](crate::Store) and its handles (subscription,
+//! lease, lock, semaphore, database, typed channels).
+
+pub(crate) mod channels;
+pub(crate) mod locks;
+pub mod sql;
+pub(crate) mod store;
