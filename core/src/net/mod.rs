@@ -2,7 +2,9 @@
 //! spinning, the owner's files, the server and the client.
 
 pub(crate) mod client;
+pub(crate) mod files;
 pub(crate) mod server;
+pub(crate) mod socket;
 pub mod spin;
 pub(crate) mod tls;
 pub mod wire;
