@@ -46,13 +46,15 @@ mod api;
 /// Channels: messages to whoever listens now, in branches.
 pub mod channels {
     pub use crate::api::channels::{Branch, Channel, ChannelBuilder, Delivery, Message, Messages, Subscriber, Subscription};
-    pub use crate::engine::channels::{BranchStatus, Event, Missed, MissedReason, Msg, RawSubscription, Resume, Scope};
+    pub use crate::api::subscription::RawSubscription;
+    pub use crate::engine::channels::{BranchStatus, Event, Missed, MissedReason, Msg, Resume, Scope};
 }
 
 /// Locks and semaphores: one holder of a key at a time (or `limit` permits).
 pub mod locks {
     pub use crate::api::locks::{Lease, Lock, LockBuilder, LockOptions, Permit, Semaphore, SemaphoreBuilder};
-    pub use crate::engine::locks::{Holder, HolderStatus, Kind, KeyStatus, RawLease, Terms};
+    pub use crate::api::lease::RawLease;
+    pub use crate::engine::locks::{Holder, HolderStatus, Kind, KeyStatus, Terms};
 }
 
 pub use api::sql;
@@ -67,7 +69,9 @@ pub use base::fence::Fence;
 pub use base::key::Key;
 pub use locks::{Lease, Lock, Permit, Semaphore};
 pub use sql::{Database, Done, Tx, WriterTurn};
-pub use api::store::{ConnectOptions, OpenOptions, Publish, RawLock, Store, StoreStatus, unix_millis};
+pub use api::locks::RawLock;
+pub use api::store::{ConnectOptions, OpenOptions, Publish, Store, unix_millis};
+pub use engine::StoreStatus;
 
 /// The version of this crate.
 pub fn version() -> &'static str {

@@ -11,7 +11,8 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::engine::channels::{Event, Missed, RawSubscription, Scope};
+use crate::api::subscription::RawSubscription;
+use crate::engine::channels::{Event, Missed, Scope};
 use crate::base::error::{Error, Result};
 use crate::base::key::Key;
 use crate::base::limits::check_name;

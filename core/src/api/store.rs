@@ -1,26 +1,27 @@
 //! The store: a directory, its epoch, and the engine that serves it.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use parking_lot::Mutex;
-
+use crate::api::backend::Backend;
+use crate::api::backend::connected::Connected;
+use crate::api::backend::owned::Owned;
 use crate::api::channels::ChannelBuilder;
-use crate::api::locks::{LockBuilder, SemaphoreBuilder};
-use crate::engine::channels::{BranchStatus, Channels, RawSubscription, Resume, Scope};
-use crate::net::client::Client;
-use crate::net::files::{SOCKET_PATH_MAX, absolute, next_epoch, socket_path, take_dir_lock};
-use crate::net::server::Server;
-use crate::net::wire::Address;
+use crate::api::locks::{LockBuilder, RawLock, SemaphoreBuilder};
+use crate::api::sql::DatabaseBuilder;
+use crate::api::subscription::RawSubscription;
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::key::Key;
 use crate::base::limits::check_name;
-use crate::engine::locks::{Holder, Kind, KeyStatus, Locks, RawLease, Table, Terms};
+use crate::engine::channels::{Resume, Scope};
+use crate::engine::locks::Kind;
+use crate::engine::{Engine, StoreStatus};
+use crate::net::client::{Client, TakenOver, Takeover};
+use crate::net::files::{SOCKET_PATH_MAX, absolute, next_epoch, socket_path, take_dir_lock};
+use crate::net::wire::Address;
 use crate::runtime;
-use crate::api::sql::DatabaseBuilder;
 
 /// How to open a store.
 #[derive(Debug, Clone, Default)]
@@ -106,43 +107,8 @@ struct Inner {
     closed: AtomicBool,
     /// Set by [`Store::close_settled`] while it waits: no new call starts.
     closing: AtomicBool,
-    backend: Backend,
-}
-
-enum Backend {
-    Owned(Owned),
-    Connected(Arc<Client>),
-}
-
-struct Owned {
-    epoch: u64,
-    opened: Instant,
-    channels: Arc<Channels>,
-    locks: Locks,
-    dir_lock: Mutex<Option<File>>,
-    sweeper: Mutex<Option<tokio::task::AbortHandle>>,
-    servers: Mutex<Vec<Arc<Server>>>,
-}
-
-/// What [`Store::status`] reports.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct StoreStatus {
-    /// The store directory.
-    pub dir: PathBuf,
-    /// The owner's process id.
-    pub pid: u32,
-    /// The owner's epoch.
-    pub epoch: u64,
-    /// Milliseconds since the owner opened the store.
-    pub uptime_ms: u64,
-    /// Subscriptions now (at most 10,000).
-    pub subscriptions: usize,
-    /// Bytes all channels keep (at most 64 MiB).
-    pub channel_bytes: usize,
-    /// Every branch the store knows.
-    pub branches: Vec<BranchStatus>,
-    /// Every key held or waited for.
-    pub locks: Vec<KeyStatus>,
+    /// Chosen once, at open or connect: every call below goes through it.
+    backend: Box<dyn Backend>,
 }
 
 impl Store {
@@ -164,7 +130,7 @@ impl Store {
             match Store::open_owned(dir, &opts) {
                 Err(e) if e.kind() == ErrorKind::Owned && !opts.exclusive => {
                     let sock = socket_path(&absolute(dir)?);
-                    match Client::connect(Address::Unix(sock), None, None, Some(dir.to_path_buf()), Duration::from_millis(100)) {
+                    match Client::connect(Address::Unix(sock), None, None, Some(takeover(dir)), Duration::from_millis(100)) {
                         Ok(client) => return Ok(Store::connected(client)),
                         // The owner is starting, or just went away: try both again.
                         Err(c) if Instant::now() >= deadline => {
@@ -176,11 +142,6 @@ impl Store {
                 r => return r,
             }
         }
-    }
-
-    /// Owns `dir` and serves it (a takeover after the owner went away).
-    pub(crate) fn open_owner(dir: &Path) -> Result<Store> {
-        Store::open_owned(dir, &OpenOptions::default())
     }
 
     fn open_owned(dir: &Path, opts: &OpenOptions) -> Result<Store> {
@@ -198,27 +159,9 @@ impl Store {
         let dir = absolute(dir)?;
         let lock = take_dir_lock(&dir)?;
         let epoch = next_epoch(&dir, opts.clock_ms)?;
-        let owned = Owned {
-            epoch,
-            opened: Instant::now(),
-            channels: Arc::new(Channels::new()),
-            locks: Locks::new(epoch),
-            dir_lock: Mutex::new(Some(lock)),
-            sweeper: Mutex::new(None),
-            servers: Mutex::new(Vec::new()),
-        };
-        let weak = Arc::downgrade(&owned.channels);
-        let sweeper = runtime::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(30));
-            loop {
-                tick.tick().await;
-                let Some(ch) = weak.upgrade() else { return };
-                ch.sweep(Instant::now());
-            }
-        });
-        *owned.sweeper.lock() = Some(sweeper.abort_handle());
+        let backend = Owned::new(Engine::start(epoch), &dir, lock);
         let store = Store { inner: Arc::new(Inner { dir: dir.clone(), closed: AtomicBool::new(false),
-            closing: AtomicBool::new(false), backend: Backend::Owned(owned) }) };
+            closing: AtomicBool::new(false), backend: Box::new(backend) }) };
         store.serve_with(&Address::Unix(socket_path(&dir)), None)?;
         Ok(store)
     }
@@ -226,7 +169,7 @@ impl Store {
     fn connected(client: Arc<Client>) -> Store {
         let dir = client.hello().map(|h| PathBuf::from(h.dir)).unwrap_or_default();
         Store { inner: Arc::new(Inner { dir, closed: AtomicBool::new(false),
-            closing: AtomicBool::new(false), backend: Backend::Connected(client) }) }
+            closing: AtomicBool::new(false), backend: Box::new(Connected::new(client)) }) }
     }
 
     /// Connects to a store owned by another process, at `address`:
@@ -297,33 +240,18 @@ impl Store {
     }
 
     fn listen_on(&self, address: &Address, tls_files: Option<(&Path, &Path)>, shutdown: Option<Arc<tokio::sync::Notify>>) -> Result<()> {
-        let Backend::Owned(o) = &self.inner.backend else {
-            return Err(Error::invalid("only the process that owns the store serves it; this one is connected"));
-        };
-        let server = Server::new(self.clone_weakly(), shutdown);
-        server.listen(address, tls_files)?;
-        o.servers.lock().push(server);
-        Ok(())
+        self.inner.backend.serve(address, tls_files, shutdown)
     }
 
     /// Lets clients stop this owner (`tinystore stop`): `n` is notified then.
     #[doc(hidden)]
     pub fn on_shutdown(&self, n: Arc<tokio::sync::Notify>) {
-        if let Backend::Owned(o) = &self.inner.backend {
-            for s in o.servers.lock().iter() {
-                *s.shutdown.lock() = Some(n.clone());
-            }
-        }
-    }
-
-    /// A handle that does not keep the store open (servers hold one).
-    fn clone_weakly(&self) -> WeakStore {
-        WeakStore(Arc::downgrade(&self.inner))
+        self.inner.backend.on_shutdown(n)
     }
 
     /// True when this process owns the store (it did not connect to another).
     pub fn is_owner(&self) -> bool {
-        matches!(self.inner.backend, Backend::Owned(_))
+        self.inner.backend.is_owner()
     }
 
     /// Over a Unix socket, the current connection's socket for a language's
@@ -331,10 +259,7 @@ impl Store {
     /// `None` in the owning process, over TCP or TLS, and while
     /// disconnected.
     pub fn loop_reader(&self) -> Option<crate::net::client::LoopReader> {
-        match &self.inner.backend {
-            Backend::Owned(_) => None,
-            Backend::Connected(c) => crate::net::client::LoopReader::of(c),
-        }
+        self.inner.backend.loop_reader()
     }
 
     /// The store directory.
@@ -345,10 +270,7 @@ impl Store {
     /// This open's epoch: milliseconds since 1970 at open, or the previous
     /// epoch plus one if that is larger. The high 64 bits of every fence.
     pub fn epoch(&self) -> u64 {
-        match &self.inner.backend {
-            Backend::Owned(o) => o.epoch,
-            Backend::Connected(c) => c.epoch(),
-        }
+        self.inner.backend.epoch()
     }
 
     /// True once closed.
@@ -373,9 +295,7 @@ impl Store {
     /// end fails with `closed` saying it may have been delivered.
     pub async fn close_settled(&self) {
         self.inner.closing.store(true, Ordering::Release);
-        if let Backend::Connected(c) = &self.inner.backend {
-            c.settle_publishes(Duration::from_secs(2)).await;
-        }
+        self.inner.backend.settle(Duration::from_secs(2)).await;
         self.close();
     }
 
@@ -411,36 +331,14 @@ impl Store {
     /// [`status`](Store::status) as JSON, with the owner's connections.
     /// Errors: `closed` once this handle was closed.
     pub fn status_json(&self) -> Result<serde_json::Value> {
-        match &self.inner.backend {
-            Backend::Owned(o) => {
-                self.check_open()?;
-                let st = StoreStatus {
-                    dir: self.inner.dir.clone(),
-                    pid: std::process::id(),
-                    epoch: o.epoch,
-                    uptime_ms: o.opened.elapsed().as_millis() as u64,
-                    subscriptions: o.channels.subscription_count(),
-                    channel_bytes: o.channels.kept_bytes(),
-                    branches: o.channels.status(),
-                    locks: o.locks.status(),
-                };
-                let mut v = serde_json::to_value(st)?;
-                let conns: Vec<serde_json::Value> = o.servers.lock().iter().flat_map(|s| s.connections().as_array().cloned().unwrap_or_default()).collect();
-                v["connections"] = conns.into();
-                Ok(v)
-            }
-            Backend::Connected(c) => c.status(),
-        }
+        self.inner.backend.status_json(&self.inner.dir)
     }
 
     /// Asks the owner to stop (a `tinystore serve` process). Errors: `invalid`
     /// when the owner is an application process, `auth`.
     #[doc(hidden)]
     pub fn shutdown_owner(&self) -> Result<()> {
-        match &self.inner.backend {
-            Backend::Owned(_) => Err(Error::invalid("this process owns the store: close it instead")),
-            Backend::Connected(c) => c.shutdown_owner(),
-        }
+        self.inner.backend.shutdown_owner()
     }
 
     /// The store's files are reachable from here: always for the owner; for
@@ -448,17 +346,7 @@ impl Store {
     /// this machine. Over `tcp:` or `tls:` from another machine the same
     /// path would be another file, or none (SQL runs next to the store).
     pub(crate) fn check_files_here(&self) -> Result<()> {
-        let Backend::Connected(_) = &self.inner.backend else { return Ok(()) };
-        let path = self.inner.dir.join("owner.lock");
-        let held_here = std::fs::File::open(&path).is_ok_and(|f| matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)));
-        if held_here {
-            return Ok(());
-        }
-        Err(Error::invalid(format!(
-            "the store's directory {} is not on this machine (no owner holds {} here): its SQL databases are files next to the store, so run SQL in a process on the owner's machine",
-            self.inner.dir.display(),
-            path.display()
-        )))
+        self.inner.backend.check_files_here(&self.inner.dir)
     }
 
     /// True for two handles of one `open` or `connect` (clones).
@@ -474,10 +362,7 @@ impl Store {
     /// Ok while a publish could leave now: open, and connected if a client.
     pub(crate) fn check_can_publish(&self) -> Result<()> {
         self.check_open()?;
-        match &self.inner.backend {
-            Backend::Connected(c) => c.check_connected(),
-            Backend::Owned(_) => Ok(()),
-        }
+        self.inner.backend.check_can_publish()
     }
 
     /// Publishes JSON bytes to a branch (the bindings' boundary). The
@@ -488,16 +373,10 @@ impl Store {
     /// connection is down: nothing is buffered silently).
     pub fn publish_raw(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Publish {
         let checked = self.check_open().and_then(|_| check_name("channel", channel)).and_then(|_| branch.iter().try_for_each(Key::check));
-        Publish(match checked {
-            Err(e) => PublishState::Done(Some(Err(e))),
-            Ok(()) => match &self.inner.backend {
-                Backend::Owned(o) => PublishState::Done(Some(o.channels.publish(channel, branch, data).map(|_| ()))),
-                Backend::Connected(c) => match crate::engine::channels::check_message(&data).and_then(|_| c.publish_send(channel, branch, &data)) {
-                    Ok((rx, lead)) => PublishState::Waiting(rx, lead),
-                    Err(e) => PublishState::Done(Some(Err(e))),
-                },
-            },
-        })
+        match checked {
+            Err(e) => Publish::done(Err(e)),
+            Ok(()) => self.inner.backend.publish(channel, branch, data),
+        }
     }
 
     /// [`Store::publish_raw`] for an event loop of a binding: `done` is
@@ -521,28 +400,13 @@ impl Store {
         if let Err(e) = checked {
             return Some(Err(e));
         }
-        match &self.inner.backend {
-            Backend::Owned(o) => Some(o.channels.publish(channel, branch, data.into()).map(|_| ())),
-            Backend::Connected(c) => match crate::engine::channels::check_message(data).and_then(|_| c.publish_then(channel, branch, data, Box::new(done))) {
-                Ok(()) => None,
-                Err(e) => Some(Err(e)),
-            },
-        }
+        self.inner.backend.publish_then(channel, branch, data, Box::new(done))
     }
 
     /// Publishes at once (a commit's messages; the server's requests).
     pub(crate) fn publish_now(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
-        match &self.inner.backend {
-            Backend::Owned(o) => {
-                self.check_open()?;
-                check_name("channel", channel)?;
-                branch.iter().try_for_each(Key::check)?;
-                o.channels.publish(channel, branch, data).map(|_| ())
-            }
-            Backend::Connected(_) => runtime::block_on(self.publish_raw(channel, branch, data)),
-        }
+        self.inner.backend.publish_now(channel, branch, data)
     }
-
 
     /// Subscribes to a branch and gives a subscription to pull from (the
     /// bindings' boundary); returns once the store has it. Errors:
@@ -557,16 +421,7 @@ impl Store {
         self.check_open()?;
         check_name("channel", channel)?;
         branch.iter().try_for_each(Key::check)?;
-        match &self.inner.backend {
-            Backend::Owned(o) => {
-                let (sub, told) = o.channels.subscribe(channel, branch, scope, resume)?;
-                if let Some(m) = told {
-                    sub.tell_first(m);
-                }
-                Ok(sub)
-            }
-            Backend::Connected(c) => Ok(RawSubscription::remote(c.subscribe(channel, branch, scope).await?)),
-        }
+        self.inner.backend.subscribe(channel, branch, scope, resume).await
     }
 
     /// The engine's handle to the lock or semaphore `name` (the bindings'
@@ -582,23 +437,8 @@ impl Store {
     pub async fn lock_raw_async(&self, name: &str, kind: Kind) -> Result<RawLock> {
         self.check_open()?;
         check_kind(name, kind)?;
-        let inner = match &self.inner.backend {
-            Backend::Owned(o) => LockInner::Local(o.locks.table(name, kind)?),
-            Backend::Connected(c) => {
-                c.declare_async(name, kind).await?;
-                LockInner::Remote { client: c.clone(), name: name.to_owned(), kind }
-            }
-        };
-        Ok(RawLock { inner, _store: self.clone() })
-    }
-
-    /// The engine's table of a lock, for the server (leases keep their ttl).
-    pub(crate) fn lock_table(&self, name: &str, kind: Kind) -> Result<Arc<Table>> {
-        self.check_open()?;
-        match &self.inner.backend {
-            Backend::Owned(o) => o.locks.table(name, kind),
-            Backend::Connected(_) => Err(Error::internal("only an owner has lock tables")),
-        }
+        let inner = self.inner.backend.lock(name, kind).await?;
+        Ok(RawLock::new(inner, self.clone()))
     }
 }
 
@@ -607,21 +447,7 @@ impl Inner {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        match &self.backend {
-            Backend::Owned(o) => {
-                for s in o.servers.lock().drain(..) {
-                    s.stop();
-                }
-                if let Some(s) = o.sweeper.lock().take() {
-                    s.abort();
-                }
-                o.channels.close();
-                o.locks.close();
-                let _ = std::fs::remove_file(socket_path(&self.dir));
-                o.dir_lock.lock().take();
-            }
-            Backend::Connected(c) => c.close(),
-        }
+        self.backend.close(&self.dir);
     }
 }
 
@@ -642,6 +468,17 @@ enum PublishState {
 }
 
 impl Publish {
+    /// A publish that ended within the call.
+    pub(crate) fn done(r: Result<()>) -> Publish {
+        Publish(PublishState::Done(Some(r)))
+    }
+
+    /// A publish sent over a connection: its answer comes on `rx`, read by
+    /// the connection's reader (`lead`) or a thread blocked on it.
+    pub(crate) fn waiting(rx: tokio::sync::oneshot::Receiver<Result<Box<[u8]>>>, lead: Option<Arc<dyn runtime::Lead>>) -> Publish {
+        Publish(PublishState::Waiting(rx, lead))
+    }
+
     /// Blocks until the store has the message (at once in the owning
     /// process). Must not be called from inside an async task.
     pub fn wait(self) -> Result<()> {
@@ -671,80 +508,16 @@ impl std::future::Future for Publish {
     }
 }
 
-/// A store handle that does not keep the store open.
-pub(crate) struct WeakStore(std::sync::Weak<Inner>);
-
-impl WeakStore {
-    pub(crate) fn get(&self) -> Result<Store> {
-        self.0.upgrade().map(|inner| Store { inner }).ok_or_else(Error::closed)
-    }
+/// The hook a client made by `open(dir)` is given: when the owner went
+/// away, this process tries to own `dir` itself (STORE-01).
+fn takeover(dir: &Path) -> Takeover {
+    let dir = dir.to_path_buf();
+    Box::new(move || Store::open_owned(&dir, &OpenOptions::default()).ok().map(|s| Box::new(s) as Box<dyn TakenOver>))
 }
 
-/// A lock or semaphore of a store, as the bindings reach it.
-#[derive(Clone)]
-pub struct RawLock {
-    inner: LockInner,
-    _store: Store,
-}
-
-#[derive(Clone)]
-enum LockInner {
-    Local(Arc<Table>),
-    Remote { client: Arc<Client>, name: String, kind: Kind },
-}
-
-impl RawLock {
-    /// The lock's name.
-    pub fn name(&self) -> &str {
-        match &self.inner {
-            LockInner::Local(t) => t.name(),
-            LockInner::Remote { name, .. } => name,
-        }
-    }
-    /// Lock or semaphore, and its limit.
-    pub fn kind(&self) -> Kind {
-        match &self.inner {
-            LockInner::Local(t) => t.kind(),
-            LockInner::Remote { kind, .. } => *kind,
-        }
-    }
-    /// Takes `key`, waiting up to `wait` in line (LOCK-03). In the owning
-    /// process `terms.ttl` does not apply: a lease ends with its holder's
-    /// function, or at `terms.max_hold` (LOCK-07, LOCK-06). Over a
-    /// connection the lease lasts its ttl from its last renewal, renewed by
-    /// the engine every third of it (LOCK-05).
-    pub async fn acquire(&self, key: Key, holder: Holder, terms: Terms, wait: Duration) -> Result<RawLease> {
-        key.check()?;
-        match &self.inner {
-            LockInner::Local(t) => t.acquire(key, holder, Terms { ttl: None, ..terms }, wait).await,
-            LockInner::Remote { client, name, kind } => client
-                .acquire(name, *kind, &key, holder, terms, Some(wait))
-                .await?
-                .map(RawLease::remote)
-                .ok_or_else(|| Error::internal("the store answered a wait with no lease")),
-        }
-    }
-    /// Takes `key` at once if it is free and nobody waits for it; `None` when
-    /// the caller must wait in line through [`acquire`](Self::acquire). A
-    /// fast path that never waits and never yields (over a connection it
-    /// always says `None`). Errors: `conflict` when `holder` already holds or
-    /// waits for the key, `invalid`, `closed`.
-    pub fn acquire_now(&self, key: &Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
-        key.check()?;
-        match &self.inner {
-            LockInner::Local(t) => t.acquire_now(key, holder, Terms { ttl: None, ..terms }),
-            LockInner::Remote { .. } => Ok(None),
-        }
-    }
-    /// Takes `key` if it is free now; `None` otherwise. Never waits.
-    pub async fn try_acquire(&self, key: Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
-        key.check()?;
-        match &self.inner {
-            LockInner::Local(t) => t.try_acquire(key, holder, Terms { ttl: None, ..terms }),
-            LockInner::Remote { client, name, kind } => {
-                Ok(client.acquire(name, *kind, &key, holder, terms, None).await?.map(RawLease::remote))
-            }
-        }
+impl TakenOver for Store {
+    fn close(&self) {
+        Store::close(self)
     }
 }
 

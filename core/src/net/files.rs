@@ -70,3 +70,9 @@ pub(crate) fn next_epoch(dir: &Path, clock_ms: Option<u64>) -> Result<u64> {
     Ok(epoch)
 }
 
+
+/// True where an owner holds `<dir>/owner.lock` on this machine.
+pub(crate) fn owner_lock_held_here(dir: &Path) -> bool {
+    let path = dir.join("owner.lock");
+    File::open(&path).is_ok_and(|f| matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)))
+}

@@ -20,7 +20,8 @@ use parking_lot::{Mutex, RwLock};
 
 pub use self::log::Msg;
 use self::log::{Budget, Log};
-pub use self::subscription::{Event, Missed, MissedReason, RawSubscription};
+pub use self::subscription::{Event, Missed, MissedReason};
+pub(crate) use self::subscription::LocalSubscription;
 use crate::base::error::{Error, Result};
 use crate::base::key::Key;
 use crate::base::limits::{MAX_MESSAGE_BYTES, MAX_SUBSCRIPTIONS, STORE_CHANNEL_BYTES};
@@ -178,7 +179,7 @@ impl Channels {
         branch: &[Key],
         scope: Scope,
         resume: Option<Resume>,
-    ) -> Result<(RawSubscription, Option<Missed>)> {
+    ) -> Result<(LocalSubscription, Option<Missed>)> {
         let n = self.subscriptions.fetch_add(1, Ordering::AcqRel);
         if n >= MAX_SUBSCRIPTIONS {
             self.subscriptions.fetch_sub(1, Ordering::AcqRel);
@@ -216,11 +217,11 @@ impl Channels {
             Some(r) if r.log != log_id => Some(Missed { count: None, reason: MissedReason::Reconnect }),
             _ => None,
         };
-        let sub = RawSubscription::new(self.clone(), channel.into(), node.clone(), log, log_id, scope, cursor, resume.is_some());
-        if let Some(p) = sub.probe() {
+        let sub = LocalSubscription::new(self.clone(), channel.into(), node.clone(), log, log_id, scope, cursor, resume.is_some());
+        {
             let mut readers = node.readers.lock();
             readers.retain(|w| w.strong_count() > 0);
-            readers.push(p);
+            readers.push(sub.probe());
         }
         Ok((sub, told))
     }

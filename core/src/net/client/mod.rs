@@ -9,7 +9,6 @@
 //! by `open(dir)` takes the store over when its owner goes away (STORE-01).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -144,6 +143,17 @@ enum Source {
 /// still leaves at once.
 const COALESCE_AFTER: u64 = 4;
 
+/// The hook a client made by `open(dir)` calls when the owner went away
+/// (STORE-01): it tries to own the store in this process, and gives what
+/// keeps that store open, or `None` when another process got there first.
+/// The api layer makes it, so the client never names the store.
+pub(crate) type Takeover = Box<dyn Fn() -> Option<Box<dyn TakenOver>> + Send + Sync>;
+
+/// A store this process came to own by a takeover: closed with the client.
+pub(crate) trait TakenOver: Send + Sync {
+    fn close(&self);
+}
+
 /// The connection to an owner, and everything that must survive a reconnect.
 pub(crate) struct Client {
     address: Address,
@@ -152,7 +162,7 @@ pub(crate) struct Client {
     tls: Option<crate::net::tls::ClientTls>,
     session: String,
     /// Set for `open(dir)`: take the store over when its owner goes away.
-    takeover: Option<PathBuf>,
+    takeover: Option<Takeover>,
     conn: Mutex<Option<Arc<Conn>>>,
     connected: Notify,
     next_id: AtomicU64,
@@ -167,7 +177,7 @@ pub(crate) struct Client {
     /// [`crate::base::limits::REQUEST_TIMEOUT`] unless set, in milliseconds.
     request_timeout_ms: AtomicU64,
     /// The store this process came to own by taking over, if it did.
-    pub(crate) owned: Mutex<Option<crate::api::store::Store>>,
+    owned: Mutex<Option<Box<dyn TakenOver>>>,
 }
 
 impl Client {
@@ -176,7 +186,7 @@ impl Client {
         address: Address,
         token: Option<String>,
         tls: Option<crate::net::tls::ClientTls>,
-        takeover: Option<PathBuf>,
+        takeover: Option<Takeover>,
         patience: Duration,
     ) -> Result<Arc<Client>> {
         let mut sid = [0u8; 16];
@@ -366,11 +376,11 @@ impl Client {
 
     /// STORE-01: the owner went away; this process may own the store now.
     fn try_takeover(&self) {
-        let Some(dir) = &self.takeover else { return };
+        let Some(take_over) = &self.takeover else { return };
         if self.owned.lock().is_some() {
             return;
         }
-        if let Ok(store) = crate::api::store::Store::open_owner(dir) {
+        if let Some(store) = take_over() {
             *self.owned.lock() = Some(store);
         }
     }

@@ -18,13 +18,13 @@ use parking_lot::Mutex;
 use tokio::io::AsyncRead;
 use tokio::sync::Notify;
 
-use crate::engine::channels::{Event, RawSubscription};
+use crate::engine::Engine;
+use crate::engine::channels::{Event, LocalSubscription};
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::key::Key;
 use crate::base::limits::CONNECTION_PENDING_BYTES;
-use crate::engine::locks::{RawLease, Table};
+use crate::engine::locks::{LocalLease, Table};
 use crate::runtime;
-use crate::api::store::WeakStore;
 use crate::net::socket::{self, Sink, WriteHalf};
 use crate::net::wire::{self, AcquireOk, Address, FrameReader, Reply, Request, WireError};
 
@@ -54,14 +54,16 @@ impl Role {
 }
 
 struct ServerLease {
-    raw: RawLease,
+    raw: LocalLease,
     session: String,
     hold: u64,
     out: Weak<Outbox>,
 }
 
 pub(crate) struct Server {
-    store: WeakStore,
+    /// Weak: a server does not keep its store open.
+    engine: Weak<Engine>,
+    dir: std::path::PathBuf,
     leases: Mutex<HashMap<u64, ServerLease>>,
     holds: Mutex<HashMap<(String, u64), u64>>,
     conns: Mutex<HashMap<u64, ConnInfo>>,
@@ -177,11 +179,12 @@ fn answer_err(out: &Outbox, id: u64, e: &Error) {
 }
 
 impl Server {
-    pub(crate) fn new(store: WeakStore, shutdown: Option<Arc<Notify>>) -> Arc<Server> {
+    pub(crate) fn new(engine: Weak<Engine>, dir: std::path::PathBuf, shutdown: Option<Arc<Notify>>) -> Arc<Server> {
         // Read now: a TINYSTORE_SPIN it cannot use is said when serving starts.
         crate::net::spin::window();
         Arc::new(Server {
-            store,
+            engine,
+            dir,
             leases: Mutex::new(HashMap::new()),
             holds: Mutex::new(HashMap::new()),
             conns: Mutex::new(HashMap::new()),
@@ -219,7 +222,7 @@ impl Server {
                 });
             }
             Address::Tcp(hp) => {
-                let tokens = Arc::new(Tokens::load(self.store.get()?.dir())?);
+                let tokens = Arc::new(Tokens::load(&self.dir)?);
                 let l = bind_tcp("tcp", hp)?;
                 if !l.local_addr().map(|a| a.ip().is_loopback()).unwrap_or(false) {
                     eprintln!("tinystore: warning: plain TCP on {hp} listens beyond loopback; tokens and messages cross the network unencrypted (serve tls:{hp} instead)");
@@ -229,7 +232,7 @@ impl Server {
                 });
             }
             Address::Tls(hp) => {
-                let dir = self.store.get()?.dir().to_path_buf();
+                let dir = self.dir.clone();
                 let tokens = Arc::new(Tokens::load(&dir)?);
                 let (cert, key) = match tls_files {
                     Some((c, k)) => (c.to_path_buf(), k.to_path_buf()),
@@ -268,6 +271,11 @@ impl Server {
                 }
             }
         });
+    }
+
+    /// The engine it serves; `closed` once its store is gone.
+    fn engine(&self) -> Result<Arc<Engine>> {
+        self.engine.upgrade().ok_or_else(Error::closed)
     }
 
     /// Stops listening and tells every client the owner is going away.
@@ -327,7 +335,7 @@ impl Server {
                         // The next op may wait: what was published goes out now.
                         runtime::run_gathered(&mut c.woken);
                     }
-                    if let Err(e) = c.handle(req).await
+                    if let Err(e) = c.handle(req)
                         && !quiet
                     {
                         answer_err(&out, id, &e);
@@ -364,7 +372,7 @@ impl Server {
         self.conns.lock().remove(&conn_id);
     }
 
-    fn grant(self: &Arc<Self>, raw: RawLease, session: &str, hold: u64, out: &Arc<Outbox>, waited: Duration) -> AcquireOk {
+    fn grant(self: &Arc<Self>, raw: LocalLease, session: &str, hold: u64, out: &Arc<Outbox>, waited: Duration) -> AcquireOk {
         let (id, fence) = (raw.id(), raw.fence());
         let weak = Arc::downgrade(self);
         raw.on_lost(move || {
@@ -398,7 +406,7 @@ impl Server {
 /// Woken from elsewhere (a publish in the owning process, a transaction's
 /// commit), its own task forwards.
 struct Forwarder {
-    sub: Mutex<Option<RawSubscription>>,
+    sub: Mutex<Option<LocalSubscription>>,
     id: u64,
     out: Arc<Outbox>,
     turn: runtime::Turn,
@@ -418,7 +426,7 @@ enum Drained {
 }
 
 impl Forwarder {
-    fn start(sub: RawSubscription, id: u64, out: Arc<Outbox>) -> Arc<Forwarder> {
+    fn start(sub: LocalSubscription, id: u64, out: Arc<Outbox>) -> Arc<Forwarder> {
         let f = Arc::new(Forwarder {
             sub: Mutex::new(Some(sub)),
             id,

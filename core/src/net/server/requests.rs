@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{ConnInfo, Forwarder, Outbox, Role, Server, Tokens, answer_err, answer_ok, answer_queued};
-use crate::api::store::Store;
+use crate::engine::Engine;
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::key::Key;
 use crate::base::limits::{check_name, check_positive, check_ttl};
@@ -39,18 +39,18 @@ impl ServedConnection {
     }
 
     /// Answers one request; an error is answered by the caller.
-    pub(super) async fn handle(&mut self, r: Request<'_>) -> Result<()> {
-        let store = self.server.store.get()?;
+    pub(super) fn handle(&mut self, r: Request<'_>) -> Result<()> {
+        let engine = self.server.engine()?;
         match r.op.as_ref() {
-            "hello" => self.hello(&store, r),
-            "publish" => self.publish(&store, r),
-            "subscribe" => self.subscribe(&store, r).await,
+            "hello" => self.hello(&engine, r),
+            "publish" => self.publish(&engine, r),
+            "subscribe" => self.subscribe(&engine, r),
             "unsubscribe" => self.unsubscribe(r),
-            "acquire" => self.acquire(&store, r),
+            "acquire" => self.acquire(&engine, r),
             "renew" | "release" => self.renew_or_release(r),
             "cancel" => self.cancel(r),
-            "declare" => self.declare(&store, r),
-            "status" => self.status(&store, r),
+            "declare" => self.declare(&engine, r),
+            "status" => self.status(&engine, r),
             "shutdown" => self.shutdown(r),
             "ping" => {
                 answer_ok(&self.out, r.id, &());
@@ -62,7 +62,7 @@ impl ServedConnection {
         }
     }
 
-    fn hello(&mut self, store: &Store, r: Request<'_>) -> Result<()> {
+    fn hello(&mut self, engine: &Engine, r: Request<'_>) -> Result<()> {
         let (id, op) = (r.id, r.op.as_ref());
         let v = need(r.version, op, "version")?;
         if v != wire::PROTOCOL_VERSION {
@@ -84,23 +84,23 @@ impl ServedConnection {
         answer_ok(
             &self.out,
             id,
-            &HelloOk { version: wire::PROTOCOL_VERSION, epoch: store.epoch(), dir: store.dir().display().to_string(), pid: std::process::id() },
+            &HelloOk { version: wire::PROTOCOL_VERSION, epoch: engine.epoch(), dir: self.server.dir.display().to_string(), pid: std::process::id() },
         );
         Ok(())
     }
 
-    fn publish(&mut self, store: &Store, r: Request<'_>) -> Result<()> {
+    fn publish(&mut self, engine: &Engine, r: Request<'_>) -> Result<()> {
         let (id, op) = (r.id, r.op.as_ref());
         self.need_role(Role::Data, "publish")?;
         let channel = need(r.channel, op, "channel")?;
         let branch = r.branch.unwrap_or_default();
         let data = need(r.data, op, "data")?;
-        runtime::gathering(&mut self.woken, || store.publish_now(&channel, &branch, data.get().as_bytes().into()))?;
+        runtime::gathering(&mut self.woken, || engine.publish(&channel, &branch, data.get().as_bytes().into()))?;
         answer_ok(&self.out, id, &());
         Ok(())
     }
 
-    async fn subscribe(&mut self, store: &Store, r: Request<'_>) -> Result<()> {
+    fn subscribe(&mut self, engine: &Engine, r: Request<'_>) -> Result<()> {
         let (id, op) = (r.id, r.op.as_ref());
         self.need_role(Role::Read, "subscribe")?;
         let sub_id = need(r.sub, op, "sub")?;
@@ -110,9 +110,9 @@ impl ServedConnection {
             return Err(Error::invalid(format!("subscription {sub_id} already exists on this connection: pick a new number")));
         }
         let scope = if r.recursive.unwrap_or(false) { Scope::Recursive } else { Scope::Branch };
-        let epoch = store.epoch();
+        let epoch = engine.epoch();
         let resume = r.resume.filter(|x| x.epoch == epoch).map(|x| x.at());
-        let sub = store.subscribe_raw(&channel, &branch, scope, resume).await?;
+        let sub = engine.subscribe(&channel, &branch, scope, resume)?;
         if r.resume.is_some_and(|x| x.epoch != epoch) {
             // The store restarted: what was published meanwhile is unknown.
             sub.tell_first(Missed { count: None, reason: MissedReason::Reconnect });
@@ -133,7 +133,7 @@ impl ServedConnection {
         Ok(())
     }
 
-    fn acquire(&mut self, store: &Store, r: Request<'_>) -> Result<()> {
+    fn acquire(&mut self, engine: &Engine, r: Request<'_>) -> Result<()> {
         let (id, op) = (r.id, r.op.as_ref());
         self.need_role(Role::Data, "hold keys")?;
         let lock = need(r.lock, op, "lock")?;
@@ -148,7 +148,7 @@ impl ServedConnection {
         };
         let kind = Kind::from_wire(r.limit);
         check_name(if kind == Kind::Lock { "lock" } else { "semaphore" }, &lock)?;
-        let table = store.lock_table(&lock, kind)?;
+        let table = engine.lock_table(&lock, kind)?;
         let session = self.session.clone().expect("hello was said");
         // A retried hold gets the lease it already has (LOCK-08).
         let existing = self.server.holds.lock().get(&(session.clone(), hold)).copied();
@@ -264,22 +264,22 @@ impl ServedConnection {
         Ok(())
     }
 
-    fn declare(&mut self, store: &Store, r: Request<'_>) -> Result<()> {
+    fn declare(&mut self, engine: &Engine, r: Request<'_>) -> Result<()> {
         let (id, op) = (r.id, r.op.as_ref());
         // A handle is made: a semaphore's limit is the semaphore's (LOCK-08).
         self.need_role(Role::Read, "open locks")?;
         let lock = need(r.lock, op, "lock")?;
         let kind = Kind::from_wire(r.limit);
         check_name(if kind == Kind::Lock { "lock" } else { "semaphore" }, &lock)?;
-        store.lock_table(&lock, kind)?;
+        engine.lock_table(&lock, kind)?;
         answer_ok(&self.out, id, &());
         Ok(())
     }
 
-    fn status(&mut self, store: &Store, r: Request<'_>) -> Result<()> {
+    fn status(&mut self, engine: &Engine, r: Request<'_>) -> Result<()> {
         let id = r.id;
         self.need_role(Role::Read, "read status")?;
-        let mut v = serde_json::to_value(store.status()?).unwrap_or_default();
+        let mut v = serde_json::to_value(engine.status(&self.server.dir)?).unwrap_or_default();
         v["connections"] = self.server.connections();
         answer_ok(&self.out, id, &v);
         Ok(())
