@@ -251,7 +251,7 @@ impl SemaphoreBuilder {
     }
     /// How many permits of a key at once: 1 or more; default 1. It belongs to
     /// the semaphore: opening the name again with another limit is a
-    /// `conflict` error (LOCK-08, P3).
+    /// `conflict` error (LOCK-08).
     pub fn limit(mut self, limit: u32) -> Self {
         self.limit = limit;
         self

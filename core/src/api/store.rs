@@ -41,7 +41,7 @@ impl OpenOptions {
         self.exclusive = true;
         self
     }
-    /// Uses `ms` as the wall clock for the epoch (tests of LOCK-02 and L8).
+    /// Uses `ms` as the wall clock for the epoch (tests of LOCK-02: fences grow even when the clock goes back).
     #[doc(hidden)]
     pub fn clock_ms(mut self, ms: u64) -> OpenOptions {
         self.clock_ms = Some(ms);
@@ -367,7 +367,7 @@ impl Store {
 
     /// Publishes JSON bytes to a branch (the bindings' boundary). The
     /// message leaves at this call, so publishes called one after another
-    /// keep their order even when their futures are awaited together (P2);
+    /// keep their order even when their futures are awaited together (CHAN-01);
     /// the future resolves once the store has it. Errors: `invalid` (name or
     /// key out of rule), `limit` (over 1 MiB), `closed` (also while a
     /// connection is down: nothing is buffered silently).
@@ -464,7 +464,7 @@ pub struct Publish(PublishState);
 enum PublishState {
     Done(Option<Result<()>>),
     /// The store's answer to come, and the connection it comes on.
-    Waiting(tokio::sync::oneshot::Receiver<Result<Box<[u8]>>>, Option<Arc<dyn runtime::Lead>>),
+    Waiting(tokio::sync::oneshot::Receiver<Result<Box<[u8]>>>, Option<Arc<dyn runtime::ReadWhileBlocked>>),
 }
 
 impl Publish {
@@ -474,9 +474,9 @@ impl Publish {
     }
 
     /// A publish sent over a connection: its answer comes on `rx`, read by
-    /// the connection's reader (`lead`) or a thread blocked on it.
-    pub(crate) fn waiting(rx: tokio::sync::oneshot::Receiver<Result<Box<[u8]>>>, lead: Option<Arc<dyn runtime::Lead>>) -> Publish {
-        Publish(PublishState::Waiting(rx, lead))
+    /// the connection's task or by a thread blocked on it (`reader`).
+    pub(crate) fn waiting(rx: tokio::sync::oneshot::Receiver<Result<Box<[u8]>>>, reader: Option<Arc<dyn runtime::ReadWhileBlocked>>) -> Publish {
+        Publish(PublishState::Waiting(rx, reader))
     }
 
     /// Blocks until the store has the message (at once in the owning
@@ -494,10 +494,10 @@ impl std::future::Future for Publish {
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<()>> {
         match &mut self.0 {
             PublishState::Done(r) => std::task::Poll::Ready(r.take().unwrap_or(Ok(()))),
-            PublishState::Waiting(rx, lead) => {
+            PublishState::Waiting(rx, reader) => {
                 let p = std::pin::Pin::new(rx).poll(cx);
                 if p.is_pending() {
-                    runtime::want_lead(|| lead.clone());
+                    runtime::read_while_blocked(|| reader.clone());
                 }
                 p.map(|r| match r {
                     Ok(r) => r.map(|_| ()),

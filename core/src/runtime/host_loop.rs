@@ -15,14 +15,14 @@ use super::{handle, spawn};
 /// Work run by whichever thread asks, one thread at a time: an ask while
 /// another thread runs it makes that thread run it once more, so nothing
 /// asked for is missed and no thread waits for another.
-pub(crate) struct Turn(std::sync::atomic::AtomicU8);
+pub(crate) struct OneAtATime(std::sync::atomic::AtomicU8);
 
 const RUNNING: u8 = 1;
 const NOTIFIED: u8 = 2;
 
-impl Turn {
-    pub(crate) const fn new() -> Turn {
-        Turn(std::sync::atomic::AtomicU8::new(0))
+impl OneAtATime {
+    pub(crate) const fn new() -> OneAtATime {
+        OneAtATime(std::sync::atomic::AtomicU8::new(0))
     }
 
     /// Runs `f` now on this thread, unless another thread is in `f`, which
@@ -42,23 +42,23 @@ impl Turn {
 }
 
 /// Something woken that would rather run on the thread that woke it, at the
-/// end of what that thread is doing ([`gathering`]), than on another thread.
-pub(crate) trait Gathered: Send + Sync {
-    /// Set while it is in a thread's gathered list.
+/// end of what that thread is doing ([`collect_woken`]), than on another thread.
+pub(crate) trait RunOnWaker: Send + Sync {
+    /// Set while it is in the list of a thread running what it wakes.
     fn listed(&self) -> &AtomicBool;
-    /// Runs it (on the gathering thread).
-    fn run_gathered(self: Arc<Self>);
+    /// Runs it (on the thread that woke it).
+    fn run_on_waker(self: Arc<Self>);
 }
 
 thread_local! {
-    /// Set while this thread gathers what it wakes ([`gathering`]).
-    static GATHERED: RefCell<Option<Vec<Arc<dyn Gathered>>>> = const { RefCell::new(None) };
+    /// Set while this thread keeps what it wakes ([`collect_woken`]).
+    static WOKEN_HERE: RefCell<Option<Vec<Arc<dyn RunOnWaker>>>> = const { RefCell::new(None) };
 }
 
-/// Puts `me` in this thread's gathered list when it gathers (true), else
-/// gives it back to be woken another way.
-pub(crate) fn gather(me: Arc<dyn Gathered>) -> Option<Arc<dyn Gathered>> {
-    GATHERED.with_borrow_mut(|w| match w {
+/// Puts `me` in the list of what this thread wakes, when it keeps one
+/// (then `None`); else gives it back to be woken another way.
+pub(crate) fn defer_to_waker(me: Arc<dyn RunOnWaker>) -> Option<Arc<dyn RunOnWaker>> {
+    WOKEN_HERE.with_borrow_mut(|w| match w {
         Some(list) => {
             if !me.listed().swap(true, Ordering::AcqRel) {
                 list.push(me);
@@ -69,19 +69,19 @@ pub(crate) fn gather(me: Arc<dyn Gathered>) -> Option<Arc<dyn Gathered>> {
     })
 }
 
-/// Runs `f`, gathering what it wakes into `into` (with what was there).
-pub(crate) fn gathering<R>(into: &mut Vec<Arc<dyn Gathered>>, f: impl FnOnce() -> R) -> R {
-    let outer = GATHERED.with_borrow_mut(|w| w.replace(std::mem::take(into)));
+/// Runs `f`, keeping what it wakes in `into` (with what was there).
+pub(crate) fn collect_woken<R>(into: &mut Vec<Arc<dyn RunOnWaker>>, f: impl FnOnce() -> R) -> R {
+    let outer = WOKEN_HERE.with_borrow_mut(|w| w.replace(std::mem::take(into)));
     let r = f();
-    *into = GATHERED.with_borrow_mut(|w| std::mem::replace(w, outer)).unwrap_or_default();
+    *into = WOKEN_HERE.with_borrow_mut(|w| std::mem::replace(w, outer)).unwrap_or_default();
     r
 }
 
-/// Runs, on this thread, what was gathered.
-pub(crate) fn run_gathered(list: &mut Vec<Arc<dyn Gathered>>) {
+/// Runs, on this thread, what it woke ([`collect_woken`]).
+pub(crate) fn run_woken(list: &mut Vec<Arc<dyn RunOnWaker>>) {
     for g in list.drain(..) {
         g.listed().store(false, Ordering::Release);
-        g.run_gathered();
+        g.run_on_waker();
     }
 }
 
@@ -98,14 +98,14 @@ type LoopFuture = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 /// language itself would (node-redis, redis-py's asyncio client).
 pub struct LoopTask {
     fut: Mutex<Option<LoopFuture>>,
-    turn: Turn,
+    runs: OneAtATime,
     listed: AtomicBool,
 }
 
 impl LoopTask {
     /// Starts `fut` by polling it on this thread now.
     pub fn start(fut: impl Future<Output = ()> + Send + 'static) -> Arc<LoopTask> {
-        let t = Arc::new(LoopTask { fut: Mutex::new(Some(Box::pin(fut))), turn: Turn::new(), listed: AtomicBool::new(false) });
+        let t = Arc::new(LoopTask { fut: Mutex::new(Some(Box::pin(fut))), runs: OneAtATime::new(), listed: AtomicBool::new(false) });
         t.run();
         t
     }
@@ -125,7 +125,7 @@ impl LoopTask {
         let _rt = handle().enter();
         let waker = Waker::from(self.clone());
         let mut cx = Context::from_waker(&waker);
-        self.turn.run(|| {
+        self.runs.run(|| {
             let mut slot = self.fut.lock();
             if let Some(f) = slot.as_mut()
                 && f.as_mut().poll(&mut cx).is_ready()
@@ -136,18 +136,18 @@ impl LoopTask {
     }
 }
 
-impl Gathered for LoopTask {
+impl RunOnWaker for LoopTask {
     fn listed(&self) -> &AtomicBool {
         &self.listed
     }
-    fn run_gathered(self: Arc<Self>) {
+    fn run_on_waker(self: Arc<Self>) {
         self.run();
     }
 }
 
 impl Wake for LoopTask {
     fn wake(self: Arc<Self>) {
-        if gather(self.clone()).is_some() {
+        if defer_to_waker(self.clone()).is_some() {
             // Polled by a runtime thread: the waker's caller may hold locks
             // the future needs.
             spawn(async move { self.run() });
@@ -159,7 +159,7 @@ impl Wake for LoopTask {
 /// the [`LoopTask`]s it woke, on this thread.
 pub fn on_loop<R>(read: impl FnOnce() -> R) -> R {
     let mut woken = Vec::new();
-    let r = gathering(&mut woken, read);
-    run_gathered(&mut woken);
+    let r = collect_woken(&mut woken, read);
+    run_woken(&mut woken);
     r
 }

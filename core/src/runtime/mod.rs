@@ -66,10 +66,10 @@ where
 /// entered so timers work. Must not be called from inside an async task.
 ///
 /// While `fut` waits on a connection's answer, this thread reads that
-/// connection itself (see [`Lead`]) for a short while before it parks: the
+/// connection itself (see [`ReadWhileBlocked`]) for a short while before it parks: the
 /// kernel then wakes it directly when the answer comes, instead of waking a
-/// runtime thread that would wake it in turn (on these machines each
-/// wake-up of an idle core costs as much as a round trip).
+/// runtime thread that would wake it in turn (a wake-up of an idle core
+/// costs about as much as a round trip: docs/performance.md, "Spinning").
 pub fn block_on<F: Future>(fut: F) -> F::Output {
     let _guard = handle().enter();
     let signal = Arc::new(Signal { woken: AtomicBool::new(false), thread: std::thread::current() });
@@ -82,10 +82,10 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
         if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
             return v;
         }
-        if let Some(lead) = LEAD.take()
+        if let Some(reader) = READ_WHILE_BLOCKED.take()
             && !signal.woken.load(Ordering::Acquire)
         {
-            lead.lead(&|| signal.woken.load(Ordering::Acquire), LEAD_WINDOW);
+            reader.read_until(&|| signal.woken.load(Ordering::Acquire), READ_WHILE_BLOCKED_WINDOW);
         }
         while !signal.woken.swap(false, Ordering::AcqRel) {
             std::thread::park();
@@ -94,14 +94,14 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
 }
 
 /// How long a blocked thread reads its connection before it parks.
-const LEAD_WINDOW: Duration = Duration::from_millis(20);
+const READ_WHILE_BLOCKED_WINDOW: Duration = Duration::from_millis(20);
 
 struct Restore(bool);
 
 impl Drop for Restore {
     fn drop(&mut self) {
         IN_BLOCK_ON.set(self.0);
-        LEAD.take();
+        READ_WHILE_BLOCKED.take();
     }
 }
 
@@ -122,23 +122,23 @@ impl Wake for Signal {
 }
 
 /// A connection a blocked thread may read while it waits.
-pub(crate) trait Lead: Send + Sync {
+pub(crate) trait ReadWhileBlocked: Send + Sync {
     /// Reads and dispatches what comes until `done()` or `window` passed.
-    fn lead(&self, done: &dyn Fn() -> bool, window: Duration);
+    fn read_until(&self, done: &dyn Fn() -> bool, window: Duration);
 }
 
 thread_local! {
     static IN_BLOCK_ON: Cell<bool> = const { Cell::new(false) };
-    static LEAD: RefCell<Option<Arc<dyn Lead>>> = const { RefCell::new(None) };
+    static READ_WHILE_BLOCKED: RefCell<Option<Arc<dyn ReadWhileBlocked>>> = const { RefCell::new(None) };
 }
 
 /// Called by a future about to return `Pending` for an answer on `conn`:
 /// a [`block_on`] polling it will read the connection before parking.
-pub(crate) fn want_lead(conn: impl FnOnce() -> Option<Arc<dyn Lead>>) {
+pub(crate) fn read_while_blocked(conn: impl FnOnce() -> Option<Arc<dyn ReadWhileBlocked>>) {
     if IN_BLOCK_ON.get()
         && let Some(l) = conn()
     {
-        LEAD.set(Some(l));
+        READ_WHILE_BLOCKED.set(Some(l));
     }
 }
 
@@ -146,5 +146,5 @@ mod host_loop;
 mod timers;
 
 pub use self::host_loop::{LoopTask, on_loop};
-pub(crate) use self::host_loop::{Gathered, Turn, gather, gathering, run_gathered};
+pub(crate) use self::host_loop::{RunOnWaker, OneAtATime, defer_to_waker, collect_woken, run_woken};
 pub(crate) use self::timers::{Due, TimerKey, cancel, schedule};

@@ -77,7 +77,7 @@ impl LeaseShared {
     }
 
     /// Expires the lease at its deadline, following renewals (a monotonic
-    /// clock: wall-clock jumps change nothing, L18).
+    /// clock: a jump of the wall clock changes nothing).
     pub(super) fn start_timer(self: &Arc<Self>) {
         let Some(d) = self.deadline() else { return };
         let me: Weak<dyn Due> = Arc::downgrade(self) as Weak<LeaseShared>;

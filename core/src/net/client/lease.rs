@@ -96,7 +96,7 @@ impl RemoteLease {
 
     /// Renews every third of the ttl; marks the lease lost at its deadline.
     /// Renewals go out on schedule whether or not the last one was answered,
-    /// so one lost renewal costs a third of the ttl, never the lease (L11).
+    /// so one lost renewal costs a third of the ttl, never the lease (LOCK-05).
     pub(super) fn start(self: &Arc<Self>) {
         let first = Instant::now() + self.ttl / 3;
         let mut s = self.sched.lock();
@@ -168,7 +168,7 @@ impl RemoteLease {
 
 /// How much earlier than the store a holder counts its lease lost, so that
 /// timer granularity and scheduling never let it run past the moment the
-/// store could give the key to another (L13): a fiftieth of the span plus 5 ms.
+/// store could give the key to another (LOCK-01, LOCK-05): a fiftieth of the span plus 5 ms.
 pub(super) fn safety(span: Duration) -> Duration {
     span / 50 + Duration::from_millis(5)
 }

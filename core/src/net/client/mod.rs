@@ -5,7 +5,7 @@
 //! with back-off, resubscribes from the last position it saw (CHAN-04),
 //! renews leases every third of their ttl from the engine's own threads, and
 //! tells a holder its lease is lost by its own deadline: the last renewal
-//! sent plus the ttl, on a monotonic clock (LOCK-05, L4, L13). A client made
+//! sent plus the ttl, on a monotonic clock (LOCK-05). A client made
 //! by `open(dir)` takes the store over when its owner goes away (STORE-01).
 
 use std::collections::HashMap;
@@ -28,7 +28,7 @@ mod subscription;
 
 pub use self::shared_read::LoopReader;
 pub(crate) use self::lease::{RemoteLease, RemoteLeaseHandle};
-pub(crate) use self::shared_read::{Side, SharedRead};
+pub(crate) use self::shared_read::{ReaderState, SharedRead};
 pub(crate) use self::subscription::{Inbox, RemoteSub};
 use crate::net::wire::{self, AcquireOk, Address, FrameReader, HelloOk, Reply, Request, SubscribeOk, WireResume};
 
@@ -42,11 +42,11 @@ pub(crate) type AnswerRx = oneshot::Receiver<Result<Box<[u8]>>>;
 /// Who is waiting for the answer to a request.
 enum Answer {
     Call(oneshot::Sender<Result<Box<[u8]>>>),
-    /// A publish's answer: counted down from [`Conn::publishing`].
+    /// A publish's answer: counted down from [`OwnerConnection::publishing`].
     Publish(oneshot::Sender<Result<Box<[u8]>>>),
     /// A publish's answer handed to a function where it is read
     /// ([`Client::publish_then`]): no channel, no task to wake.
-    PublishThen(Then),
+    PublishThen(PublishOutcome),
     /// A renewal sent at this instant: handled where it is read, no task.
     Renewal(std::sync::Weak<RemoteLease>, Instant),
 }
@@ -91,9 +91,9 @@ impl Answer {
 /// The function a publish's outcome is given to; called once. Dropped
 /// uncalled (a connection dropped with its requests), it is told the
 /// connection went, as a dropped channel tells a waiting future.
-pub(crate) struct Then(Option<Box<dyn FnOnce(Result<()>) + Send>>);
+pub(crate) struct PublishOutcome(Option<Box<dyn FnOnce(Result<()>) + Send>>);
 
-impl Drop for Then {
+impl Drop for PublishOutcome {
     fn drop(&mut self) {
         if let Some(f) = self.0.take() {
             f(Err(publish_cut_off()));
@@ -106,7 +106,7 @@ pub(crate) fn publish_cut_off() -> Error {
     Error::new(ErrorKind::Closed, "disconnected from the store before it answered: the message may or may not have been published")
 }
 
-struct Conn {
+struct OwnerConnection {
     sink: Arc<Sink>,
     pending: Mutex<Pending>,
     alive: AtomicBool,
@@ -116,15 +116,15 @@ struct Conn {
     shared: Option<Arc<SharedRead>>,
 }
 
-impl Conn {
+impl OwnerConnection {
     /// True while a language's event loop reads this connection.
     fn looped(&self) -> bool {
         self.shared.as_ref().is_some_and(|s| s.slot.lock().looped)
     }
 
     /// What a thread blocked on this connection may read meanwhile.
-    fn lead(&self) -> Option<Arc<dyn runtime::Lead>> {
-        self.shared.clone().map(|s| s as Arc<dyn runtime::Lead>)
+    fn blocked_reader(&self) -> Option<Arc<dyn runtime::ReadWhileBlocked>> {
+        self.shared.clone().map(|s| s as Arc<dyn runtime::ReadWhileBlocked>)
     }
 }
 
@@ -163,7 +163,7 @@ pub(crate) struct Client {
     session: String,
     /// Set for `open(dir)`: take the store over when its owner goes away.
     takeover: Option<Takeover>,
-    conn: Mutex<Option<Arc<Conn>>>,
+    conn: Mutex<Option<Arc<OwnerConnection>>>,
     connected: Notify,
     next_id: AtomicU64,
     subs: Mutex<HashMap<u64, Arc<RemoteSub>>>,
@@ -268,7 +268,7 @@ impl Client {
     }
 
     /// Opens the socket and says hello; gives the reader and the connection.
-    async fn dial(self: &Arc<Self>) -> Result<(Source, Arc<Conn>, HelloOk)> {
+    async fn dial(self: &Arc<Self>) -> Result<(Source, Arc<OwnerConnection>, HelloOk)> {
         let (mut source, wr) = match &self.address {
             Address::Unix(p) => {
                 let (fd, wr) = socket::split_unix_shared(
@@ -294,7 +294,7 @@ impl Client {
                 Source::Shared(fd) => Some(SharedRead::new(fd.clone(), me, weak.clone())),
                 Source::Stream(_) => None,
             };
-            Conn { sink: Sink::new(wr), pending: Mutex::new(HashMap::new()), alive: AtomicBool::new(true), publishing: AtomicU64::new(0), shared }
+            OwnerConnection { sink: Sink::new(wr), pending: Mutex::new(HashMap::new()), alive: AtomicBool::new(true), publishing: AtomicU64::new(0), shared }
         });
         let mut hello = Request::new(0, "hello");
         hello.version = Some(wire::PROTOCOL_VERSION);
@@ -334,7 +334,7 @@ impl Client {
     }
 
     /// Serves connections until closed, reconnecting with back-off.
-    async fn run(self: Arc<Self>, mut first: Option<(Source, Arc<Conn>, HelloOk)>) {
+    async fn run(self: Arc<Self>, mut first: Option<(Source, Arc<OwnerConnection>, HelloOk)>) {
         let mut backoff = Duration::from_millis(10);
         loop {
             if self.closed.load(Ordering::Acquire) {
@@ -385,7 +385,7 @@ impl Client {
         }
     }
 
-    fn after_connect(self: &Arc<Self>, conn: &Arc<Conn>, hello: &HelloOk) {
+    fn after_connect(self: &Arc<Self>, conn: &Arc<OwnerConnection>, hello: &HelloOk) {
         // Resubscribe from where each subscription was.
         let subs: Vec<_> = self.subs.lock().values().cloned().collect();
         for s in subs {
@@ -401,7 +401,7 @@ impl Client {
         }
     }
 
-    async fn resubscribe(&self, conn: &Arc<Conn>, s: &Arc<RemoteSub>, epoch: u64) {
+    async fn resubscribe(&self, conn: &Arc<OwnerConnection>, s: &Arc<RemoteSub>, epoch: u64) {
         let resume = s.resume.lock().map(|(e, log, next)| WireResume { epoch: e, log, next });
         let mut r = Request::new(0, "subscribe");
         r.sub = Some(s.id);
@@ -421,7 +421,7 @@ impl Client {
         }
     }
 
-    async fn read_loop(self: &Arc<Self>, source: Source, conn: &Arc<Conn>) {
+    async fn read_loop(self: &Arc<Self>, source: Source, conn: &Arc<OwnerConnection>) {
         match source {
             Source::Stream(mut reader) => loop {
                 // Before waiting for more: publishes held back for this
@@ -454,7 +454,7 @@ impl Client {
 
     /// Dispatches the whole frames read so far; true when the connection
     /// ended or sent something that is not a frame of ours.
-    fn dispatch_all(&self, conn: &Arc<Conn>, side: &mut Side) -> bool {
+    fn dispatch_all(&self, conn: &Arc<OwnerConnection>, side: &mut ReaderState) -> bool {
         while let Some(f) = side.frame() {
             match f {
                 Ok((a, n)) => {
@@ -474,7 +474,7 @@ impl Client {
 
     /// Gives an answer to its caller or an event to its subscription or
     /// lease; false for a frame that is not a reply.
-    fn dispatch(&self, conn: &Arc<Conn>, frame: &[u8]) -> bool {
+    fn dispatch(&self, conn: &Arc<OwnerConnection>, frame: &[u8]) -> bool {
         let Ok(r) = serde_json::from_slice::<Reply>(frame) else { return false };
         if let Some(id) = r.id {
             let a = conn.pending.lock().remove(&id);
@@ -531,7 +531,7 @@ impl Client {
         self.current().map(drop)
     }
 
-    fn current(&self) -> Result<Arc<Conn>> {
+    fn current(&self) -> Result<Arc<OwnerConnection>> {
         if self.closed.load(Ordering::Acquire) || self.closing.load(Ordering::Acquire) {
             return Err(Error::closed());
         }
@@ -544,12 +544,12 @@ impl Client {
         self.call_on(&conn, r).await
     }
 
-    async fn call_on(&self, conn: &Arc<Conn>, mut r: Request<'_>) -> Result<Box<[u8]>> {
+    async fn call_on(&self, conn: &Arc<OwnerConnection>, mut r: Request<'_>) -> Result<Box<[u8]>> {
         let mut rx = self.send_on(conn, &mut r, true)?.expect("an answer is awaited");
         std::future::poll_fn(|cx| {
             let p = std::pin::Pin::new(&mut rx).poll(cx);
             if p.is_pending() {
-                runtime::want_lead(|| conn.lead());
+                runtime::read_while_blocked(|| conn.blocked_reader());
             }
             p
         })
@@ -558,7 +558,7 @@ impl Client {
     }
 
     /// Sends without waiting; gives the receiver of the answer when `answer`.
-    fn send_on(&self, conn: &Arc<Conn>, r: &mut Request<'_>, answer: bool) -> Result<Option<AnswerRx>> {
+    fn send_on(&self, conn: &Arc<OwnerConnection>, r: &mut Request<'_>, answer: bool) -> Result<Option<AnswerRx>> {
         if !answer {
             return self.send_with(conn, r, None, false).map(|_| None);
         }
@@ -569,7 +569,7 @@ impl Client {
 
     /// Sends; `answer` is given the store's answer when it comes.
     /// `later`: queued behind, written at the reader's next answer.
-    fn send_with(&self, conn: &Arc<Conn>, r: &mut Request<'_>, answer: Option<Answer>, later: bool) -> Result<()> {
+    fn send_with(&self, conn: &Arc<OwnerConnection>, r: &mut Request<'_>, answer: Option<Answer>, later: bool) -> Result<()> {
         r.id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = wire::frame(&r);
         if frame.len() - 4 > wire::MAX_FRAME_BYTES {
@@ -620,19 +620,19 @@ impl Client {
     }
 
     /// Sends a publish now; the receiver gets the store's answer.
-    pub(crate) fn publish_send(&self, channel: &str, branch: &[Key], data: &[u8]) -> Result<(AnswerRx, Option<Arc<dyn runtime::Lead>>)> {
+    pub(crate) fn publish_send(&self, channel: &str, branch: &[Key], data: &[u8]) -> Result<(AnswerRx, Option<Arc<dyn runtime::ReadWhileBlocked>>)> {
         let (tx, rx) = oneshot::channel();
         let conn = self.send_publish(channel, branch, data, || Answer::Publish(tx))?;
-        Ok((rx, conn.lead()))
+        Ok((rx, conn.blocked_reader()))
     }
 
     /// Sends a publish now; `done` is called with the store's answer where
     /// it is read. On an error here `done` is dropped uncalled.
     pub(crate) fn publish_then(&self, channel: &str, branch: &[Key], data: &[u8], done: Box<dyn FnOnce(Result<()>) + Send>) -> Result<()> {
-        self.send_publish(channel, branch, data, || Answer::PublishThen(Then(Some(done)))).map(drop)
+        self.send_publish(channel, branch, data, || Answer::PublishThen(PublishOutcome(Some(done)))).map(drop)
     }
 
-    fn send_publish(&self, channel: &str, branch: &[Key], data: &[u8], answer: impl FnOnce() -> Answer) -> Result<Arc<Conn>> {
+    fn send_publish(&self, channel: &str, branch: &[Key], data: &[u8], answer: impl FnOnce() -> Answer) -> Result<Arc<OwnerConnection>> {
         let raw = raw_json(data)?;
         let mut r = Request::new(0, "publish");
         r.channel = Some(channel.to_owned());
@@ -865,7 +865,7 @@ impl Drop for Waiting<'_> {
 }
 
 /// Pings while any hold waits in line, so the store keeps this client's
-/// waiters (a frozen process stops pinging and leaves the line, L1). Every
+/// waiters (a frozen process stops pinging and leaves the line, LOCK-03). Every
 /// 250 ms: within a third of the shortest ttl (1 s). Also fails requests
 /// left unanswered too long.
 async fn pinger(c: std::sync::Weak<Client>) {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{Client, Conn};
+use super::{Client, OwnerConnection};
 use crate::base::error::Result;
 use crate::net::socket;
 use crate::net::wire;
@@ -26,14 +26,14 @@ pub(crate) struct SharedRead {
     pub(super) fd: Arc<std::os::unix::net::UnixStream>,
     /// Polled, not slept on, until a window after the last call.
     pub(super) expect: crate::net::spin::Expect,
-    pub(super) slot: Mutex<Slot>,
+    pub(super) slot: Mutex<ReaderHandoff>,
     pub(super) client: std::sync::Weak<Client>,
-    pub(super) conn: std::sync::Weak<Conn>,
+    pub(super) conn: std::sync::Weak<OwnerConnection>,
 }
 
-pub(super) struct Slot {
+pub(super) struct ReaderHandoff {
     /// `None` while someone reads.
-    pub(super) side: Option<Side>,
+    pub(super) side: Option<ReaderState>,
     /// The connection task's waker, for the hand-back.
     pub(super) task: Option<Waker>,
     /// A language's event loop reads the socket ([`LoopReader`]): the
@@ -43,7 +43,7 @@ pub(super) struct Slot {
     pub(super) serviced: Instant,
 }
 
-pub(crate) struct Side {
+pub(crate) struct ReaderState {
     /// Registered with the reactor, for reading; `None` while a blocked
     /// thread reads.
     pub(super) afd: Option<tokio::io::unix::AsyncFd<Arc<std::os::unix::net::UnixStream>>>,
@@ -52,7 +52,7 @@ pub(crate) struct Side {
     pub(super) ended: bool,
 }
 
-impl Side {
+impl ReaderState {
     /// The next whole frame's place in `buf`, or an oversized frame.
     pub(super) fn frame(&mut self) -> Option<Result<(usize, usize)>> {
         let n = match wire::whole_frame(&self.buf[self.start..])? {
@@ -97,18 +97,18 @@ pub(super) fn fill(fd: &std::os::unix::net::UnixStream, buf: &mut Vec<u8>) -> st
 }
 
 impl SharedRead {
-    pub(super) fn new(fd: Arc<std::os::unix::net::UnixStream>, client: std::sync::Weak<Client>, conn: std::sync::Weak<Conn>) -> Arc<SharedRead> {
+    pub(super) fn new(fd: Arc<std::os::unix::net::UnixStream>, client: std::sync::Weak<Client>, conn: std::sync::Weak<OwnerConnection>) -> Arc<SharedRead> {
         let (afd, ended) = match socket::register_readable(&fd) {
             Ok(a) => (Some(a), false),
             Err(_) => (None, true),
         };
-        let side = Side { afd, buf: Vec::with_capacity(64 * 1024), start: 0, ended };
-        Arc::new(SharedRead { fd, expect: Default::default(), slot: Mutex::new(Slot { side: Some(side), task: None, looped: false, serviced: Instant::now() }), client, conn })
+        let side = ReaderState { afd, buf: Vec::with_capacity(64 * 1024), start: 0, ended };
+        Arc::new(SharedRead { fd, expect: Default::default(), slot: Mutex::new(ReaderHandoff { side: Some(side), task: None, looped: false, serviced: Instant::now() }), client, conn })
     }
 
     /// For the connection's task: the read side once it has whole frames
     /// or ended. Give it back with [`SharedRead::put_back`].
-    pub(super) async fn take(&self) -> Side {
+    pub(super) async fn take(&self) -> ReaderState {
         std::future::poll_fn(|cx| {
             let mut side = {
                 let mut slot = self.slot.lock();
@@ -127,7 +127,7 @@ impl SharedRead {
                 if side.ended || side.has_frame() {
                     return Poll::Ready(side);
                 }
-                let Side { afd, buf, ended, .. } = &mut side;
+                let ReaderState { afd, buf, ended, .. } = &mut side;
                 let Some(afd) = afd.as_ref() else {
                     *ended = true;
                     continue;
@@ -165,13 +165,13 @@ impl SharedRead {
         .await
     }
 
-    pub(super) fn put_back(&self, side: Side) {
+    pub(super) fn put_back(&self, side: ReaderState) {
         self.slot.lock().side = Some(side);
     }
 }
 
-impl runtime::Lead for SharedRead {
-    fn lead(&self, done: &dyn Fn() -> bool, window: Duration) {
+impl runtime::ReadWhileBlocked for SharedRead {
+    fn read_until(&self, done: &dyn Fn() -> bool, window: Duration) {
         use std::os::fd::AsRawFd;
         let (Some(client), Some(conn)) = (self.client.upgrade(), self.conn.upgrade()) else { return };
         let Some(mut side) = ({
@@ -238,7 +238,7 @@ pub(super) const LOOP_STALL: Duration = Duration::from_millis(100);
 
 impl SharedRead {
     /// Back to the reactor and the connection's task.
-    pub(super) fn unloop(&self, slot: &mut Slot) -> Option<Waker> {
+    pub(super) fn unloop(&self, slot: &mut ReaderHandoff) -> Option<Waker> {
         slot.looped = false;
         if let Some(side) = slot.side.as_mut()
             && !side.ended

@@ -42,7 +42,7 @@ impl RemoteSub {
         let waiting = cx.is_some();
         let p = self.inbox.read(cx);
         if waiting && p.is_pending() {
-            runtime::want_lead(|| self.client.upgrade()?.current().ok()?.lead());
+            runtime::read_while_blocked(|| self.client.upgrade()?.current().ok()?.blocked_reader());
         }
         p
     }

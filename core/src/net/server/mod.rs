@@ -1,11 +1,11 @@
 //! The server: the owning process serves its store to other processes.
 //!
 //! Each connection has one reader (requests, handled in order, so pipelined
-//! publishes keep their order, P2) and one writer fed by a queue whose
+//! publishes keep their order, CHAN-01) and one writer fed by a queue whose
 //! pending bytes stay within 8 MiB: a subscription forwards its next message
 //! only while there is room, so a slow reader stays behind in its branch's
 //! log (and later learns its exact missed count) instead of growing the
-//! server's memory or slowing a publisher (CHAN-02, C5). Leases over a
+//! server's memory or slowing a publisher (CHAN-02). Leases over a
 //! connection live their ttl from their last renewal and outlive the
 //! connection until then, so a client that reconnects in time keeps them.
 
@@ -142,20 +142,20 @@ impl Outbox {
 
 /// A socket listener: Unix or TCP (TLS is TCP with a handshake after).
 trait Listener: Send + Sync + 'static {
-    type Conn: Send + 'static;
-    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<Self::Conn>> + Send;
+    type Accepted: Send + 'static;
+    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<Self::Accepted>> + Send;
 }
 
 impl Listener for tokio::net::UnixListener {
-    type Conn = (tokio::net::UnixStream, tokio::net::unix::SocketAddr);
-    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<Self::Conn>> + Send {
+    type Accepted = (tokio::net::UnixStream, tokio::net::unix::SocketAddr);
+    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<Self::Accepted>> + Send {
         self.accept()
     }
 }
 
 impl Listener for tokio::net::TcpListener {
-    type Conn = (tokio::net::TcpStream, std::net::SocketAddr);
-    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<Self::Conn>> + Send {
+    type Accepted = (tokio::net::TcpStream, std::net::SocketAddr);
+    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<Self::Accepted>> + Send {
         self.accept()
     }
 }
@@ -258,7 +258,7 @@ impl Server {
 
     /// Accepts connections until the server stops; `start` begins each one.
     /// A failed accept (out of file descriptors) is retried after 50 ms.
-    fn accept_loop<L: Listener>(self: &Arc<Self>, l: L, start: impl Fn(&Arc<Server>, L::Conn) + Send + 'static) {
+    fn accept_loop<L: Listener>(self: &Arc<Self>, l: L, start: impl Fn(&Arc<Server>, L::Accepted) + Send + 'static) {
         let me = self.clone();
         runtime::spawn(async move {
             loop {
@@ -333,7 +333,7 @@ impl Server {
                     let (id, quiet) = (req.id, req.quiet == Some(true));
                     if req.op != "publish" {
                         // The next op may wait: what was published goes out now.
-                        runtime::run_gathered(&mut c.woken);
+                        runtime::run_woken(&mut c.woken);
                     }
                     if let Err(e) = c.handle(req)
                         && !quiet
@@ -356,12 +356,12 @@ impl Server {
             if !reader.has_frame() {
                 // Deliveries first: a client that publishes and subscribes on
                 // this connection gets its answers and messages in one read.
-                runtime::run_gathered(&mut c.woken);
+                runtime::run_woken(&mut c.woken);
                 out.sink.uncork();
             }
         }
         out.close();
-        runtime::run_gathered(&mut c.woken);
+        runtime::run_woken(&mut c.woken);
         for (_, f) in c.subs.drain() {
             f.stop();
         }
@@ -400,7 +400,7 @@ impl Server {
 
 /// Forwards a subscription's events to its connection while the connection
 /// has room. A publish over the wire forwards from the publisher's own task
-/// ([`runtime::gathering`]) at the end of what it read together: one socket
+/// ([`runtime::collect_woken`]) at the end of what it read together: one socket
 /// write per subscriber for a batch of publishes, and no wake-up of another
 /// thread, much as Redis writes to its subscribers before it reads again.
 /// Woken from elsewhere (a publish in the owning process, a transaction's
@@ -409,7 +409,7 @@ struct Forwarder {
     sub: Mutex<Option<LocalSubscription>>,
     id: u64,
     out: Arc<Outbox>,
-    turn: runtime::Turn,
+    runs: runtime::OneAtATime,
     listed: AtomicBool,
     stopped: AtomicBool,
     kick: Notify,
@@ -431,7 +431,7 @@ impl Forwarder {
             sub: Mutex::new(Some(sub)),
             id,
             out,
-            turn: runtime::Turn::new(),
+            runs: runtime::OneAtATime::new(),
             listed: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             kick: Notify::new(),
@@ -452,7 +452,7 @@ impl Forwarder {
 
     /// Forwards what is ready, from this thread.
     fn pump(self: &Arc<Self>) {
-        self.turn.run(|| match self.drain() {
+        self.runs.run(|| match self.drain() {
             Drained::Waiting => {}
             Drained::NoRoom => self.kick.notify_one(),
             Drained::Ended => {
@@ -509,18 +509,18 @@ impl Forwarder {
     }
 }
 
-impl runtime::Gathered for Forwarder {
+impl runtime::RunOnWaker for Forwarder {
     fn listed(&self) -> &AtomicBool {
         &self.listed
     }
-    fn run_gathered(self: Arc<Self>) {
+    fn run_on_waker(self: Arc<Self>) {
         self.pump();
     }
 }
 
 impl std::task::Wake for Forwarder {
     fn wake(self: Arc<Self>) {
-        if runtime::gather(self.clone()).is_some() {
+        if runtime::defer_to_waker(self.clone()).is_some() {
             self.kick.notify_one();
         }
     }

@@ -26,7 +26,7 @@ pub(super) struct ServedConnection {
     pub(super) tokens: Option<Arc<Tokens>>,
     pub(super) subs: HashMap<u64, Arc<Forwarder>>,
     /// Subscriptions its publishes woke, forwarded before its answers leave.
-    pub(super) woken: Vec<Arc<dyn runtime::Gathered>>,
+    pub(super) woken: Vec<Arc<dyn runtime::RunOnWaker>>,
 }
 
 impl ServedConnection {
@@ -95,7 +95,7 @@ impl ServedConnection {
         let channel = need(r.channel, op, "channel")?;
         let branch = r.branch.unwrap_or_default();
         let data = need(r.data, op, "data")?;
-        runtime::gathering(&mut self.woken, || engine.publish(&channel, &branch, data.get().as_bytes().into()))?;
+        runtime::collect_woken(&mut self.woken, || engine.publish(&channel, &branch, data.get().as_bytes().into()))?;
         answer_ok(&self.out, id, &());
         Ok(())
     }
@@ -178,7 +178,7 @@ impl ServedConnection {
             match r {
                 Ok(raw) => {
                     // A waiter whose client went silent for its ttl (a
-                    // frozen process) or went away is passed over (L1),
+                    // frozen process) or went away is passed over (LOCK-03),
                     // and told so if it is still there.
                     if out.closed.load(Ordering::Acquire) || out.last_heard.lock().elapsed() > ttl {
                         let e = Error::new(
