@@ -179,14 +179,18 @@ impl NativeLease {
     }
 
     /// Lets the key go; raises `LostError` if the lease had been lost.
+    /// None once the store let the key go (LOCK-01), or a `Pending` of it.
     /// Idempotent.
-    fn release(&self, py: Python<'_>) -> PyResult<()> {
+    fn release(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let raw = self.raw.lock().take();
-        match raw {
-            // A waiter of this process granted by it completes on this thread.
-            Some(raw) => error::check(py, py.detach(move || tinystore::runtime::on_loop(|| raw.release()))),
-            None => Ok(()),
-        }
+        // Started in the first poll, on this thread: a waiter of this
+        // process granted by it completes here.
+        run_future(py, async move {
+            if let Some(raw) = raw {
+                raw.release_async().await?;
+            }
+            Ok(value(()))
+        })
     }
 
     /// Resolves when the lease ends: True if it was lost, False if it was

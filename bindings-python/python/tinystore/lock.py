@@ -65,7 +65,7 @@ class _Hold(Generic[L]):
     async def __aexit__(
         self, et: Optional[Type[BaseException]], e: Optional[BaseException], tb: Optional[TracebackType]
     ) -> bool:
-        release(self._lease, et)
+        await release(self._lease, et, self._watch)
         self._lease = None
         return False
 
@@ -91,17 +91,17 @@ class _TryHold(Generic[L]):
         self, et: Optional[Type[BaseException]], e: Optional[BaseException], tb: Optional[TracebackType]
     ) -> bool:
         if self._lease is not None:
-            release(self._lease, et)
+            await release(self._lease, et, self._watch)
             self._lease = None
         return False
 
 
-def release(native_lease: Any, et: Optional[Type[BaseException]]) -> None:
-    """Lets the key go when a block ends. A lost lease raises ``LostError``,
-    unless the block raised its own error, which then reaches the caller
-    unchanged (LOCK-04)."""
+async def release(native_lease: Any, et: Optional[Type[BaseException]], watch: Optional[_aio.LoopWatch]) -> None:
+    """Lets the key go when a block ends, and returns once the store did
+    (LOCK-01). A lost lease raises ``LostError``, unless the block raised its
+    own error, which then reaches the caller unchanged (LOCK-04)."""
     try:
-        native_lease.release()
+        await _aio.result_of(native_lease.release(), watch)
     except LostError:
         if et is None:
             raise

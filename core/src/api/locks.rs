@@ -181,7 +181,7 @@ impl Lock {
         let key = key.into();
         key.check()?;
         let raw = acquire(&self.raw, key, self.terms(), self.s.wait)?;
-        run(Lease { raw }, |l| &l.raw, f)
+        run(Lease { raw }, |l| l.raw, f)
     }
 
     /// Like [`hold`](Self::hold) with another `wait` for this call.
@@ -207,7 +207,7 @@ impl Lock {
         key.check()?;
         match runtime::block_on(self.raw.try_acquire(key, thread_holder(), self.terms()))? {
             None => Ok(None),
-            Some(raw) => run(Lease { raw }, |l| &l.raw, f).map(Some),
+            Some(raw) => run(Lease { raw }, |l| l.raw, f).map(Some),
         }
     }
 
@@ -227,10 +227,10 @@ fn acquire(raw: &RawLock, key: Key, terms: Terms, wait: Duration) -> Result<RawL
 
 /// Runs `f` under the lease, then lets it go; a lost lease is an error even
 /// if `f` succeeded, and `f`'s own error wins over it.
-fn run<L, T, E: From<Error>>(lease: L, raw: impl Fn(&L) -> &RawLease, f: impl FnOnce(&L) -> Result<T, E>) -> Result<T, E> {
+/// Returns once the store let the key go (LOCK-01).
+fn run<L, T, E: From<Error>>(lease: L, raw: impl FnOnce(L) -> RawLease, f: impl FnOnce(&L) -> Result<T, E>) -> Result<T, E> {
     let out = f(&lease);
-    let released = if raw(&lease).is_lost() { Err(raw(&lease).lost_error()) } else { Ok(()) };
-    drop(lease);
+    let released = raw(lease).release();
     let v = out?;
     released?;
     Ok(v)
@@ -321,7 +321,7 @@ impl Semaphore {
         key.check()?;
         let terms = Terms { ttl: Some(self.s.ttl), max_hold: self.s.max_hold };
         let raw = acquire(&self.raw, key, terms, self.s.wait)?;
-        run(Permit { raw }, |p| &p.raw, f)
+        run(Permit { raw }, |p| p.raw, f)
     }
 
     /// As [`Lock::try_hold`], with a permit.
@@ -335,7 +335,7 @@ impl Semaphore {
         let terms = Terms { ttl: Some(self.s.ttl), max_hold: self.s.max_hold };
         match runtime::block_on(self.raw.try_acquire(key, thread_holder(), terms))? {
             None => Ok(None),
-            Some(raw) => run(Permit { raw }, |p| &p.raw, f).map(Some),
+            Some(raw) => run(Permit { raw }, |p| p.raw, f).map(Some),
         }
     }
 }

@@ -18,6 +18,7 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::engine::channels::{Event, Msg, Scope};
 use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::fence::Fence;
 use crate::base::key::Key;
 use crate::engine::locks::{Holder, Kind, Terms};
 use crate::runtime;
@@ -619,6 +620,64 @@ impl Client {
         }
     }
 
+    /// Sends a lease's release now, its answer awaited ([`Self::released`]).
+    pub(super) fn send_release(&self, lease: u64, fence: Option<Fence>) -> Result<AnswerRx> {
+        let conn = self.current()?;
+        let mut r = Request::new(0, "release");
+        r.lease = Some(lease);
+        r.fence = fence;
+        Ok(self.send_on(&conn, &mut r, true)?.expect("an answer is awaited"))
+    }
+
+    /// Waits for a release's answer: the owner let the key go (LOCK-01).
+    /// Cut off before its answer (or sent while reconnecting), it is sent
+    /// again on the next connection with the same lease id and fence, up to
+    /// the request timeout; a retry told the lease is not held means the
+    /// first one took effect.
+    pub(super) async fn released(self: Arc<Self>, first: Result<AnswerRx>, lease: u64, fence: Option<Fence>, key: Key, deadline: Instant) -> Result<()> {
+        let since = Instant::now();
+        let until = since + self.request_timeout();
+        let mut next = first;
+        let mut retried = false;
+        loop {
+            let answer = match next {
+                Ok(mut rx) => {
+                    let conn = self.conn.lock().clone();
+                    std::future::poll_fn(|cx| {
+                        let p = std::pin::Pin::new(&mut rx).poll(cx);
+                        if p.is_pending() {
+                            runtime::read_while_blocked(|| conn.as_ref().and_then(|c| c.blocked_reader()));
+                        }
+                        p
+                    })
+                    .await
+                    .unwrap_or_else(|_| Err(disconnected()))
+                }
+                Err(e) => Err(e),
+            };
+            match answer {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Lost && retried => return Ok(()),
+                Err(e) if is_disconnected(&e) => {
+                    if !self.reconnected(until).await {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        return Err(Error::new(
+                            ErrorKind::Closed,
+                            format!(
+                                "could not reach the store to let key {key} go (lease {lease}) for {}: the store lets it go by itself when the lease's ttl runs out, in about {}; check the store is running",
+                                crate::base::limits::format_duration(since.elapsed()),
+                                crate::base::limits::format_duration(left)
+                            ),
+                        ));
+                    }
+                    retried = true;
+                    next = self.send_release(lease, fence);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Sends a publish now; the receiver gets the store's answer.
     pub(crate) fn publish_send(&self, channel: &str, branch: &[Key], data: &[u8]) -> Result<(AnswerRx, Option<Arc<dyn runtime::ReadWhileBlocked>>)> {
         let (tx, rx) = oneshot::channel();
@@ -739,7 +798,7 @@ impl Client {
                         // The owner granted it in time by its own clock, but
                         // the request reached it late (it was frozen): this
                         // hold's wait is over, so the key goes to the next.
-                        let _ = handle.release();
+                        let _ = handle.release().await;
                         return Err(Error::new(
                             ErrorKind::Timeout,
                             format!(
