@@ -33,10 +33,11 @@ export declare class NativeLease {
    */
   ended(): Promise<string | null>
   /**
-   * Lets the key go. Errors with `lost` when the lease had been lost:
-   * a release never pretends a lost lease was held. Idempotent.
+   * Lets the key go: undefined once the store let it go (LOCK-01), or a
+   * promise of that. Errors with `lost` when the lease had been lost: a
+   * release never pretends a lost lease was held. Idempotent.
    */
-  release(): void
+  release(): void | Promise<void>
 }
 
 /** A lock or semaphore handle with its checked options. */

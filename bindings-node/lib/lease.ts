@@ -1,6 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks'
 
-import { LostError, sync } from './errors'
+import { LostError, now } from './errors'
 import { native, type NativeLease } from './native'
 
 /**
@@ -85,12 +85,13 @@ export async function runUnder<L extends Permit, R>(
     value = await holders.run(holder, () => fn(make(held)))
   } catch (err) {
     try {
-      held.release()
+      await now(() => held.release())
     } catch {
       // The function's own error wins over a lost lease.
     }
     throw err
   }
-  sync(() => held.release())
+  // Returns once the store let the key go (LOCK-01).
+  await now(() => held.release())
   return value
 }

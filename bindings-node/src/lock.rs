@@ -173,17 +173,18 @@ impl NativeLease {
         if end == LOST { self.lost_message() } else { None }
     }
 
-    /// Lets the key go. Errors with `lost` when the lease had been lost:
-    /// a release never pretends a lost lease was held. Idempotent.
-    #[napi]
-    pub fn release(&self) -> napi::Result<()> {
+    /// Lets the key go: undefined once the store let it go (LOCK-01), or a
+    /// promise of that. Errors with `lost` when the lease had been lost: a
+    /// release never pretends a lost lease was held. Idempotent.
+    #[napi(ts_return_type = "void | Promise<void>")]
+    pub fn release<'env>(&self, env: &'env Env) -> napi::Result<Either<(), PromiseRaw<'env, ()>>> {
         let mut slot = self.lease.lock().unwrap_or_else(|p| p.into_inner());
         match slot.as_ref() {
-            None => Ok(()),
+            None => Ok(Either::A(())),
             // Kept, so `ended` can still tell why.
             Some(l) if l.is_lost() => Err(to_napi(l.lost_error())),
             Some(_) => {
-                let r = slot.take().map_or(Ok(()), RawLease::release);
+                let raw = slot.take().expect("looked at");
                 drop(slot);
                 self.state.send_if_modified(|s| {
                     let held = *s == HELD;
@@ -192,7 +193,8 @@ impl NativeLease {
                     }
                     held
                 });
-                r.map_err(to_napi)
+                // Started in the first poll, on this thread.
+                now_or_promise(env, async move { raw.release_async().await.napi() })
             }
         }
     }
