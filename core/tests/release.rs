@@ -145,3 +145,31 @@ fn check_lock_history(history: &[Op]) {
         }
     }
 }
+
+/// A release whose answer a cut connection lost is sent again on the next
+/// connection (same lease id and fence): the hold returns Ok once the owner
+/// let the key go, well before the lease's 30 s ttl would have freed it.
+#[test]
+fn lock_01_a_release_cut_off_before_its_answer_is_sent_again_on_reconnect() {
+    let (owner, d) = common::store();
+    let p = std::sync::Arc::new(common::proxy::Proxy::start(d.path(), &d.path().join("tinystore.sock")));
+    let client = Store::connect(&p.address()).unwrap();
+    let lock = client.lock("jobs").ttl(Duration::from_secs(30)).open().unwrap();
+    let p2 = p.clone();
+    let cutter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        p2.cut();
+        p2.resume();
+    });
+    let started = Instant::now();
+    lock.hold("k", |_| -> tinystore::Result<()> {
+        // The release leaves into a stalled proxy, then the connection is cut.
+        p.stall();
+        Ok(())
+    })
+    .unwrap();
+    cutter.join().unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(100), "the hold returned before its release was answered");
+    let free = owner.lock("jobs").open().unwrap().try_hold("k", |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
+    assert_eq!(free, Some(()), "the key was still held after the hold returned");
+}
