@@ -93,8 +93,9 @@ pub struct Request<'a> {
     /// renew, release: the lease's fence, checked against the lease.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<Fence>,
-    /// release: `true` when the client wants no answer (it does not wait
-    /// for one); the store then sends none, not even an error.
+    /// release: `true` when the client wants no answer; the store then
+    /// sends none, not even an error. Served for older clients: ours wait
+    /// for the answer (LOCK-01).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quiet: Option<bool>,
 }
