@@ -68,7 +68,7 @@ impl RawLease {
     /// ttl). Blocks: from async code use [`release_async`](Self::release_async).
     pub fn release(self) -> Result<()> {
         let done = self.inner.release();
-        if tokio::runtime::Handle::try_current().is_ok() {
+        if tokio::task::try_id().is_some() {
             // Inside an async task, blocking could stall the thread that
             // reads the answer: the release goes on in the background.
             runtime::spawn(done);
