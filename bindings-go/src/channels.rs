@@ -6,7 +6,7 @@ use std::task::{Context, Poll, Waker};
 
 use tinystore::channels::{Event, RawSubscription, Scope};
 
-use crate::args::{TsStr, TsValue, Values, publish_args, text};
+use crate::args::{TsStr, TsValue, Values, bytes, text};
 use crate::cancel::{TsCancel, block_on};
 use crate::error::{TsError, call, quiet};
 use crate::hub;
@@ -14,6 +14,9 @@ use crate::store::TsStore;
 
 /// Checks a channel handle can be made: the name is in rule and the store
 /// open (`store.channel(name).open()`). Errors: `invalid`, `closed`.
+///
+/// # Safety
+/// `s` is live; `(name, name_len)` readable; `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_channel_check(s: *const TsStore, name: *const u8, name_len: usize, err: *mut *mut TsError) -> i32 {
     call(err, || {
@@ -28,6 +31,10 @@ pub unsafe extern "C" fn ts_channel_check(s: *const TsStore, name: *const u8, na
 /// `cancelled`. The caller calls [`ts_hub_try`](crate::hub::ts_hub_try)
 /// right after: what this call read for the caller's subscriptions is
 /// signalled there, not to [`ts_hub_wait`](crate::hub::ts_hub_wait).
+///
+/// # Safety
+/// `s` and `cancel` (or null) are live; `(channel, channel_len)`, `(keys, nkeys)`,
+/// `(buf, buf_len)` and `(data, data_len)` readable; `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_publish(
     s: *const TsStore,
@@ -44,7 +51,9 @@ pub unsafe extern "C" fn ts_publish(
 ) -> i32 {
     call(err, || {
         let s = unsafe { &*s };
-        let (channel, keys, data) = unsafe { publish_args(channel, channel_len, keys, nkeys, buf, buf_len, data, data_len) }?;
+        let channel = unsafe { text(channel, channel_len) }?;
+        let keys = unsafe { Values::new(keys, nkeys, buf, buf_len) }.keys()?;
+        let data: Box<[u8]> = unsafe { bytes(data, data_len) }.into();
         // The caller takes the tokens this pushes (ts_hub_try) on return.
         crate::hub::deferring(|| block_on(cancel, s.store.publish_raw(channel, &keys, data)))
     })
@@ -100,6 +109,10 @@ pub struct TsEvent {
 /// gets every message published after. When it has something to read, or
 /// ends, `token` is pushed on the completion queue. Errors: `invalid`,
 /// `limit` (10,000 subscriptions), `closed`, `cancelled`.
+///
+/// # Safety
+/// `s` and `cancel` (or null) are live; `(channel, channel_len)`, `(keys, nkeys)` and
+/// `(buf, buf_len)` readable; `out` and `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_subscribe(
     s: *const TsStore,
@@ -134,6 +147,10 @@ pub unsafe extern "C" fn ts_subscribe(
 /// is 1 once the subscription is stopped or its store closed and nothing is
 /// left to read (it may come with the last events). The events stay valid
 /// until the next call on this subscription.
+///
+/// # Safety
+/// `sub` is live; `events`, `n`, `ended` and `err` writable. The events are
+/// read only until the next call of this function or [`ts_sub_free`] on `sub`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_sub_next(
     sub: *const TsSub,
@@ -210,6 +227,9 @@ pub unsafe extern "C" fn ts_sub_next(
 
 /// Stops the subscription: nothing more is read, and its token is pushed
 /// once more so its reader sees it ended. Any thread; idempotent.
+///
+/// # Safety
+/// `sub` is null or live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_sub_stop(sub: *const TsSub) {
     quiet((), || {
@@ -221,6 +241,9 @@ pub unsafe extern "C" fn ts_sub_stop(sub: *const TsSub) {
 }
 
 /// Stops (if needed) and frees the subscription.
+///
+/// # Safety
+/// `sub` is null or live; its events are not read after.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_sub_free(sub: *mut TsSub) {
     quiet((), || {

@@ -49,6 +49,9 @@ pub(crate) fn deferring<R>(f: impl FnOnce() -> R) -> R {
 
 /// Moves up to `max` tokens to `out` without waiting; returns how many.
 /// Called after a call made with [`deferring`] (publish).
+///
+/// # Safety
+/// `out` is null or points to room for `max` tokens.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_hub_try(out: *mut u64, max: usize) -> usize {
     quiet(0, || {
@@ -90,6 +93,9 @@ pub(crate) fn waker(token: u64) -> Waker {
 /// them to `out` (oldest first) and returns how many. Waits at most
 /// `timeout_ms` milliseconds (forever when negative); returns 0 on timeout.
 /// A token may come more than once: the caller treats each as "look again".
+///
+/// # Safety
+/// `out` is null or points to room for `max` tokens.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_hub_wait(out: *mut u64, max: usize, timeout_ms: i64) -> usize {
     quiet(0, || {

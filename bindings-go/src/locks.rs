@@ -53,6 +53,10 @@ fn nanos(ns: i64) -> Duration {
 /// builders do. Errors: `invalid` (name, ttl outside 1 s to 1 h, a zero wait
 /// or maxHold, a limit of 0), `conflict` (the name is of another kind or
 /// limit), `closed`.
+///
+/// # Safety
+/// `s` is live; `(name, name_len)` readable; `opts` null or readable; `out` and
+/// `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_lock_open(
     s: *const TsStore,
@@ -90,6 +94,9 @@ pub unsafe extern "C" fn ts_lock_open(
 }
 
 /// Frees a lock handle (leases taken through it stay held until released).
+///
+/// # Safety
+/// `l` is null or live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_lock_free(l: *mut TsLock) {
     quiet((), || {
@@ -131,6 +138,10 @@ unsafe fn give(lease: RawLease, lost_token: u64, out: *mut *mut TsLease, fence: 
 /// `timeout` (nothing was taken), `conflict` (this holder already holds or
 /// waits for the key), `invalid` (key), `closed`, `cancelled` (the wait was
 /// left; nothing is held).
+///
+/// # Safety
+/// `l` and `cancel` (or null) are live; `key` points to one readable value whose
+/// text lies in the readable `(buf, buf_len)`; `out` and `err` writable, `fence` null or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_lock_hold(
     l: *const TsLock,
@@ -157,6 +168,9 @@ pub unsafe extern "C" fn ts_lock_hold(
 /// is the lease, or null when the key is held. Over a connection it waits
 /// for the owner's answer, which `cancel` (or null) ends with `cancelled`
 /// (nothing is held then). Otherwise as [`ts_lock_hold`].
+///
+/// # Safety
+/// As [`ts_lock_hold`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_lock_try_hold(
     l: *const TsLock,
@@ -182,6 +196,9 @@ pub unsafe extern "C" fn ts_lock_try_hold(
 }
 
 /// 1 once the lease was lost (maxHold, ttl, the store closed).
+///
+/// # Safety
+/// `lease` is null or live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_lease_is_lost(lease: *const TsLease) -> u8 {
     quiet(0, || unsafe { lease.as_ref() }.is_some_and(|l| l.raw.is_lost()) as u8)
@@ -189,6 +206,10 @@ pub unsafe extern "C" fn ts_lease_is_lost(lease: *const TsLease) -> u8 {
 
 /// Lets the key go and frees the lease. Errors with `lost` when the lease
 /// had been lost: a release never pretends a lost lease was held (LOCK-04).
+///
+/// # Safety
+/// `lease` is null or live; it is freed by this call, whatever its result.
+/// `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_lease_release(lease: *mut TsLease, err: *mut *mut TsError) -> i32 {
     call(err, || {

@@ -14,6 +14,9 @@ pub struct TsStore {
 
 /// Opens (creating it if needed) the store directory `dir` and owns it
 /// (`Store::open`). Blocking I/O. Errors: `owned`, `io`, `sql`.
+///
+/// # Safety
+/// `(dir, dir_len)` readable; `out` and `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_open(dir: *const u8, dir_len: usize, out: *mut *mut TsStore, err: *mut *mut TsError) -> i32 {
     call(err, || {
@@ -25,6 +28,9 @@ pub unsafe extern "C" fn ts_store_open(dir: *const u8, dir_len: usize, out: *mut
 
 /// Connects to a store owned by another process at `address`
 /// (`unix:PATH`, `tcp:HOST:PORT`), as `Store::connect`.
+///
+/// # Safety
+/// `(address, address_len)` readable; `out` and `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_connect(
     address: *const u8,
@@ -42,6 +48,9 @@ pub unsafe extern "C" fn ts_store_connect(
 /// Serves the store on one more `address` as well (`tcp:HOST:PORT` needs
 /// `<dir>/tokens`), as `Store::serve`. Errors: `invalid` (the address, or a
 /// connected store: only the owner serves), `io`, `auth`.
+///
+/// # Safety
+/// `s` is live; `(address, address_len)` readable; `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_serve(s: *const TsStore, address: *const u8, address_len: usize, err: *mut *mut TsError) -> i32 {
     call(err, || {
@@ -56,6 +65,9 @@ pub unsafe extern "C" fn ts_store_serve(s: *const TsStore, address: *const u8, a
 /// already sent get their answers first (up to 2 s); calls made meanwhile
 /// fail with `closed`. Idempotent; the handle stays valid until
 /// [`ts_store_free`].
+///
+/// # Safety
+/// `s` is null or live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_close(s: *const TsStore) {
     quiet((), || {
@@ -67,6 +79,9 @@ pub unsafe extern "C" fn ts_store_close(s: *const TsStore) {
 
 /// Frees the handle. The store closes once nothing else holds it (locks,
 /// subscriptions and databases opened from it each hold it).
+///
+/// # Safety
+/// `s` is null or live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_free(s: *mut TsStore) {
     quiet((), || {
@@ -77,6 +92,9 @@ pub unsafe extern "C" fn ts_store_free(s: *mut TsStore) {
 }
 
 /// The store's epoch: the high 64 bits of every fence it gives.
+///
+/// # Safety
+/// `s` is null or live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_epoch(s: *const TsStore) -> u64 {
     quiet(0, || unsafe { s.as_ref() }.map_or(0, |s| s.store.epoch()))
@@ -87,6 +105,9 @@ pub unsafe extern "C" fn ts_store_epoch(s: *const TsStore) -> u64 {
 /// their fences and waiters). `*out` is NUL-terminated; free it with
 /// [`ts_string_free`]. Errors: `closed` (this handle's store was closed),
 /// `io` or `timeout` (a connected store's owner could not be asked).
+///
+/// # Safety
+/// `s` is live; `out` and `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_status(s: *const TsStore, out: *mut *mut c_char, err: *mut *mut TsError) -> i32 {
     call(err, || {
@@ -103,6 +124,9 @@ pub unsafe extern "C" fn ts_store_status(s: *const TsStore, out: *mut *mut c_cha
 }
 
 /// Frees a string the library gave. Null is fine.
+///
+/// # Safety
+/// `p` is null or a string this library gave, not freed before.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_string_free(p: *mut c_char) {
     quiet((), || {
