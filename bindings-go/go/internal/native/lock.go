@@ -59,7 +59,7 @@ func (s *Store) OpenLock(name string, semaphore bool, limit int, o LockOptions) 
 	var p *C.TsLock
 	var e *C.TsError
 	np, nn := ptr(name)
-	err := result(nil, C.ts_lock_open(s.p, np, nn, sem, lim, &opts, &p, &e), e)
+	err := errorOf(C.ts_lock_open(s.p, np, nn, sem, lim, &opts, &p, &e), e)
 	runtime.KeepAlive(s)
 	if err != nil {
 		return nil, err
@@ -138,5 +138,5 @@ func (l *Lease) Release() error {
 	var e *C.TsError
 	rc := C.ts_lease_release(l.p, &e)
 	l.p = nil
-	return result(nil, rc, e)
+	return errorOf(rc, e)
 }

@@ -68,9 +68,9 @@ func cancelFor(ctx context.Context) (*C.TsCancel, func()) {
 	}
 }
 
-// result turns a call's status and error into a Go error; the code
-// "cancelled" becomes ctx's own error.
-func result(ctx context.Context, rc C.int32_t, e *C.TsError) error {
+// errorOf turns a call's status and error into a Go error, for a call that
+// takes no cancel switch.
+func errorOf(rc C.int32_t, e *C.TsError) error {
 	if rc == C.TS_OK {
 		return nil
 	}
@@ -79,13 +79,20 @@ func result(ctx context.Context, rc C.int32_t, e *C.TsError) error {
 	}
 	code, msg := C.GoString(e.code), C.GoString(e.message)
 	C.ts_error_free(e)
-	if code == "cancelled" && ctx != nil {
+	return newError(code, msg)
+}
+
+// result is errorOf for a call given ctx: the code "cancelled" (its
+// cancelFor switch fired) becomes ctx's own error.
+func result(ctx context.Context, rc C.int32_t, e *C.TsError) error {
+	err := errorOf(rc, e)
+	if ne, ok := err.(*Error); ok && ne.Code == "cancelled" {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		return context.Canceled
 	}
-	return newError(code, msg)
+	return err
 }
 
 // libraryStamp names the build of the static library this binary linked.

@@ -34,7 +34,7 @@ func openStore(dir string) (*Store, error) {
 	var p *C.TsStore
 	var e *C.TsError
 	d, n := ptr(dir)
-	if err := result(nil, C.ts_store_open(d, n, &p, &e), e); err != nil {
+	if err := errorOf(C.ts_store_open(d, n, &p, &e), e); err != nil {
 		return nil, err
 	}
 	return newStore(p), nil
@@ -49,7 +49,7 @@ func connectStore(address string) (*Store, error) {
 	var p *C.TsStore
 	var e *C.TsError
 	a, n := ptr(address)
-	if err := result(nil, C.ts_store_connect(a, n, &p, &e), e); err != nil {
+	if err := errorOf(C.ts_store_connect(a, n, &p, &e), e); err != nil {
 		return nil, err
 	}
 	return newStore(p), nil
@@ -73,7 +73,7 @@ func (s *Store) Status(ctx context.Context) ([]byte, error) {
 func (s *Store) status() ([]byte, error) {
 	var out *C.char
 	var e *C.TsError
-	err := result(nil, C.ts_store_status(s.p, &out, &e), e)
+	err := errorOf(C.ts_store_status(s.p, &out, &e), e)
 	runtime.KeepAlive(s)
 	if err != nil {
 		return nil, err
