@@ -151,4 +151,4 @@ BY_CODE: dict[str, type[Error]] = {
     )
 }
 
-_native.set_error_classes(BY_CODE)
+_native.set_error_classes(dict(BY_CODE))

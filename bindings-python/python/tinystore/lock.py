@@ -42,31 +42,31 @@ class _Hold(Generic[L]):
 
     def __init__(
         self,
-        native: Any,
+        native: _native.NativeLock,
         key: Key,
         wait: Optional[Duration],
-        make: Callable[[Any], L],
+        make: Callable[[_native.NativeLease], L],
         watch: Optional[_aio.LoopWatch] = None,
     ) -> None:
         self._native = native
         self._key = key
         self._wait = wait
         self._make = make
-        self._lease: Any = None
+        self._lease: Optional[_native.NativeLease] = None
         self._watch = watch
 
     async def __aenter__(self) -> L:
         r = self._native.acquire(self._key, _holder(), self._wait)
-        if type(r) is _aio.Pending:
-            r = await _aio.call(r, self._watch)
-        self._lease = r
-        return self._make(r)
+        lease = await _aio.call(r, self._watch) if isinstance(r, _aio.Pending) else r
+        self._lease = lease
+        return self._make(lease)
 
     async def __aexit__(
         self, et: Optional[Type[BaseException]], e: Optional[BaseException], tb: Optional[TracebackType]
     ) -> bool:
-        release(self._lease, et)
-        self._lease = None
+        if self._lease is not None:
+            release(self._lease, et)
+            self._lease = None
         return False
 
 
@@ -75,11 +75,17 @@ class _TryHold(Generic[L]):
 
     __slots__ = ("_native", "_key", "_make", "_lease", "_watch")
 
-    def __init__(self, native: Any, key: Key, make: Callable[[Any], L], watch: Optional[_aio.LoopWatch] = None) -> None:
+    def __init__(
+        self,
+        native: _native.NativeLock,
+        key: Key,
+        make: Callable[[_native.NativeLease], L],
+        watch: Optional[_aio.LoopWatch] = None,
+    ) -> None:
         self._native = native
         self._key = key
         self._make = make
-        self._lease: Any = None
+        self._lease: Optional[_native.NativeLease] = None
         self._watch = watch
 
     async def __aenter__(self) -> Optional[L]:
@@ -96,7 +102,7 @@ class _TryHold(Generic[L]):
         return False
 
 
-def release(native_lease: Any, et: Optional[Type[BaseException]]) -> None:
+def release(native_lease: _native.NativeLease, et: Optional[Type[BaseException]]) -> None:
     """Lets the key go when a block ends. A lost lease raises ``LostError``,
     unless the block raised its own error, which then reaches the caller
     unchanged (LOCK-04)."""
@@ -110,7 +116,7 @@ def release(native_lease: Any, et: Optional[Type[BaseException]]) -> None:
 class _Handle:
     __slots__ = ("_native", "_watch")
 
-    def __init__(self, native: Any, watch: Optional[_aio.LoopWatch] = None) -> None:
+    def __init__(self, native: _native.NativeLock, watch: Optional[_aio.LoopWatch] = None) -> None:
         self._native = native
         self._watch = watch
 
@@ -193,7 +199,7 @@ class Semaphore(_Handle):
 
     __slots__ = ("limit",)
 
-    def __init__(self, native: Any, limit: int, watch: Optional[_aio.LoopWatch] = None) -> None:
+    def __init__(self, native: _native.NativeLock, limit: int, watch: Optional[_aio.LoopWatch] = None) -> None:
         super().__init__(native, watch)
         self.limit = limit
 

@@ -26,7 +26,7 @@ class Store:
 
     __slots__ = ("_native", "_watch")
 
-    def __init__(self, native: Any) -> None:
+    def __init__(self, native: _native.NativeStore) -> None:
         self._native = native
         # Connected: the running loop reads the connection's socket itself.
         self._watch = _aio.LoopWatch(native) if native.connected else None
@@ -141,7 +141,8 @@ class Store:
             # This thread waits for the answer here, so the loop cannot read
             # it: the engine does (the next call watches again).
             self._watch.detach()
-        return json.loads(self._native.status_json())
+        status: dict[str, Any] = json.loads(self._native.status_json())
+        return status
 
     async def close(self) -> None:
         """Closes the store: subscriptions end, held keys are let go (their
