@@ -1,17 +1,25 @@
 # The two commands of the README: `make demo` runs the chat app of the
-# seeds on a store in ./data; `make test` runs every test of every language.
-# Each installs what it needs (cargo crates, a Python venv, npm and Go modules).
+# seeds on a store in ./data; `make test` runs every test of every language,
+# and each language's own checkers as a user's CI would (clippy, mypy --strict,
+# tsc --strict, go vet and staticcheck). Each installs what it needs (cargo
+# crates, a Python venv, npm and Go modules, the checkers at pinned versions).
 
 SHELL := /bin/bash
 export CARGO_TERM_COLOR := never
 export GOTOOLCHAIN := local
 
-.PHONY: test test-rust test-python test-node test-go test-chat demo
+.PHONY: test test-rust clippy test-python test-node test-go test-chat demo
 
-test: test-rust test-python test-node test-go test-chat
+test: test-rust clippy test-python test-node test-go test-chat
 
 test-rust:
 	cargo test
+
+# Every crate and target, the pyo3 and napi crates included (no libpython
+# needed to check them); any warning fails.
+clippy:
+	cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
+	cargo clippy --workspace --all-targets -- -D warnings
 
 test-python:
 	$(MAKE) -C bindings-python test
