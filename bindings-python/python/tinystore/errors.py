@@ -151,4 +151,5 @@ BY_CODE: dict[str, type[Error]] = {
     )
 }
 
+# A copy, of the type the native takes (dict is invariant in its values).
 _native.set_error_classes(dict(BY_CODE))
