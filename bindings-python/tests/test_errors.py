@@ -113,3 +113,19 @@ def test_connect_documents_every_address_form() -> None:
     for doc in (tinystore.connect.__doc__ or "", stub):
         for form in ("unix:PATH", "tcp:HOST:PORT", "tls:HOST:PORT", "TINYSTORE_TOKEN", "TINYSTORE_CA"):
             assert form in doc, form
+
+
+async def test_status_has_the_shape_of_the_generated_types(store):
+    """The status dict has exactly the fields of tinystore.StoreStatus, which
+    is generated from the core's shape (core/tests/generated.rs)."""
+    st = store.status()
+    assert set(st) == set(tinystore.StoreStatus.__annotations__)
+    branch = store.channel("shape").under(1)
+    sub = await branch.subscribe(lambda m: None)
+    try:
+        st = store.status()
+        b = next(b for b in st["branches"] if b["channel"] == "shape")
+        assert set(b) == set(tinystore.BranchStatus.__annotations__)
+        assert b["lag"] == [0]
+    finally:
+        await sub.stop()
