@@ -58,6 +58,13 @@ pub fn key(k: JsKey) -> napi::Result<Key> {
     }
 }
 
+/// Checks a text key by the engine's rule (1 to 1,024 bytes), for
+/// `under()` and `hold()` to refuse it at once.
+#[napi]
+pub fn check_key(key: String) -> napi::Result<()> {
+    Key::parse(key).napi().map(drop)
+}
+
 /// A path of branch keys.
 pub fn keys(path: Vec<JsKey>) -> napi::Result<Vec<Key>> {
     path.into_iter().map(key).collect()
