@@ -74,12 +74,14 @@ typedef struct TsCancel TsCancel;
 typedef struct TsDb TsDb;
 
 /**
- * A lease (or a semaphore's permit), held until [`ts_lease_release`].
+ * A lease (or a semaphore's permit), held until [`ts_lease_end`]: its
+ * state and end are the core's [`HeldLease`].
  */
 typedef struct TsLease TsLease;
 
 /**
- * A lock or semaphore handle.
+ * A lock or semaphore handle: the core's [`LockHandle`], declared when
+ * opened.
  */
 typedef struct TsLock TsLock;
 
@@ -407,8 +409,18 @@ int32_t ts_lock_try_hold(const struct TsLock *l,
 uint8_t ts_lease_is_lost(const struct TsLease *lease);
 
 /**
- * Lets the key go and frees the lease. Errors with `lost` when the lease
- * had been lost: a release never pretends a lost lease was held (LOCK-04).
+ * Ends the hold and frees the lease: the error its function's caller gets
+ * besides the function's own. Errors with `lost` when the lease had been
+ * lost while the function ran and `body_failed` is 0 (the function
+ * returned no error); when it is 1 the function's error wins and this
+ * succeeds (LOCK-04, the core's rule).
+ */
+int32_t ts_lease_end(struct TsLease *lease, uint8_t body_failed, struct TsError **err);
+
+/**
+ * Lets the key go and frees the lease: [`ts_lease_end`] of a function that
+ * returned no error. Errors with `lost` when the lease had been lost: a
+ * release never pretends a lost lease was held (LOCK-04).
  */
 int32_t ts_lease_release(struct TsLease *lease, struct TsError **err);
 

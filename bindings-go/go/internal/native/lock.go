@@ -127,16 +127,25 @@ func (l *Lease) IsLost() bool {
 	return l.p != nil && C.ts_lease_is_lost(l.p) != 0
 }
 
-// Release lets the key go and frees the lease; an error of code "lost" if
-// it had been lost. Later calls do nothing.
-func (l *Lease) Release() error {
+// End ends the hold and frees the lease: the core's rule gives an error of
+// code "lost" if the lease had been lost while the function ran, unless
+// bodyFailed (the function's own error wins). Later calls do nothing.
+func (l *Lease) End(bodyFailed bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.p == nil {
 		return nil
 	}
+	failed := C.uint8_t(0)
+	if bodyFailed {
+		failed = 1
+	}
 	var e *C.TsError
-	rc := C.ts_lease_release(l.p, &e)
+	rc := C.ts_lease_end(l.p, failed, &e)
 	l.p = nil
 	return result(nil, rc, e)
 }
+
+// Release lets the key go and frees the lease: End of a function that
+// returned no error.
+func (l *Lease) Release() error { return l.End(false) }
