@@ -257,9 +257,9 @@ int32_t ts_channel_check(const struct TsStore *s,
 /**
  * Publishes `data` (the JSON of a value) to the branch `keys` of
  * `channel`. Errors: `invalid` (name, key), `limit` (over 1 MiB), `closed`,
- * `cancelled`. The caller calls [`ts_hub_try`](crate::hub::ts_hub_try)
+ * `cancelled`. The caller calls [`ts_completions_try`](crate::completions::ts_completions_try)
  * right after: what this call read for the caller's subscriptions is
- * signalled there, not to [`ts_hub_wait`](crate::hub::ts_hub_wait).
+ * signalled there, not to [`ts_completions_wait`](crate::completions::ts_completions_wait).
  */
 int32_t ts_publish(const struct TsStore *s,
                    const uint8_t *channel,
@@ -329,7 +329,7 @@ void ts_error_free(struct TsError *err);
  * Moves up to `max` tokens to `out` without waiting; returns how many.
  * Called after a call made with [`deferring`] (publish).
  */
-size_t ts_hub_try(uint64_t *out, size_t max);
+size_t ts_completions_try(uint64_t *out, size_t max);
 
 /**
  * Waits until tokens are on the completion queue, then moves up to `max` of
@@ -337,7 +337,7 @@ size_t ts_hub_try(uint64_t *out, size_t max);
  * `timeout_ms` milliseconds (forever when negative); returns 0 on timeout.
  * A token may come more than once: the caller treats each as "look again".
  */
-size_t ts_hub_wait(uint64_t *out, size_t max, int64_t timeout_ms);
+size_t ts_completions_wait(uint64_t *out, size_t max, int64_t timeout_ms);
 
 /**
  * Opens the lock `name` (`semaphore` 0) or the semaphore `name` of `limit`

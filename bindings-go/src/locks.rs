@@ -8,7 +8,7 @@ use tinystore::locks::{HeldLease, Holder, Kind, LockHandle, LockOptions, RawLeas
 use crate::args::{TsValue, Values, text};
 use crate::cancel::{TsCancel, block_on};
 use crate::error::{Res, TsError, call, quiet};
-use crate::hub;
+use crate::completions;
 use crate::store::TsStore;
 
 /// A fence: the store's epoch in `hi`, a count in `lo`.
@@ -120,7 +120,7 @@ unsafe fn one_key(key: *const TsValue, buf: *const u8, buf_len: usize) -> Res<ti
 
 unsafe fn give(lease: RawLease, lost_token: u64, out: *mut *mut TsLease, fence: *mut TsFence) {
     if lost_token != 0 {
-        lease.on_lost(move || hub::push(lost_token));
+        lease.on_lost(move || completions::push(lost_token));
     }
     let (hi, lo) = lease.fence().map_or((0, 0), |f| f.halves());
     unsafe {

@@ -72,7 +72,7 @@ async def test_status_after_close_raises_closed_error(store: tinystore.Store) ->
     assert "closed" in str(e.value)
 
 
-async def test_names_p4_numbers_out_of_range_are_invalid_errors_that_say_what_to_do(store: tinystore.Store) -> None:
+async def test_names_numbers_out_of_range_are_invalid_errors_that_say_what_to_do(store: tinystore.Store) -> None:
     for limit in (-1, 0, 2**32, 2**40):
         with pytest.raises(tinystore.InvalidError, match="limit.*like 3"):
             store.semaphore("s", limit=limit)
