@@ -124,6 +124,15 @@ describe('connected through a proxy', () => {
     finish.open()
     await assert.rejects(held, LostError)
   })
+
+  it('LOCK-08 a connected semaphore is declared to the owner once, at its first hold, whatever holds follow', async () => {
+    const { client, proxy } = await setup()
+    const sem = client.semaphore('exports', { limit: 2 })
+    assert.equal(await sem.hold(1, () => 'ran'), 'ran')
+    await sem.hold(2, () => undefined)
+    await sem.tryHold(3, () => undefined)
+    assert.equal(proxy.declares, 1, 'one declare: one round trip for the handle')
+  })
 })
 
 describe('connected, read on the event loop', () => {
