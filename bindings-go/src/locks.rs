@@ -41,7 +41,7 @@ pub struct TsLock {
 
 impl TsLock {
     fn raw(&self) -> &RawLock {
-        self.handle.get_blocking().expect("declared when the handle was opened")
+        self.handle.declared().expect("declared when the handle was opened")
     }
 }
 

@@ -10,7 +10,6 @@ use tinystore::locks::{HeldLease, Holder, Kind, LeaseState, LockHandle, LockOpti
 use crate::pending::{run_future, value};
 use crate::{convert, error};
 
-
 /// A holder id no other call of this process got: one per asyncio task.
 #[pyfunction]
 pub fn holder_unique() -> u64 {

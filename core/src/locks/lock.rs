@@ -560,6 +560,11 @@ impl LockHandle {
             .await
     }
 
+    /// The engine's lock if it was declared already (no wait).
+    pub fn declared(&self) -> Option<&RawLock> {
+        self.raw.get()
+    }
+
     /// As [`get`](Self::get), blocking the calling thread (not an event
     /// loop's): for bindings whose open waits for the owner's answer.
     pub fn get_blocking(&self) -> Result<&RawLock> {

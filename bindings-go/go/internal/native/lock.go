@@ -72,7 +72,7 @@ func (s *Store) OpenLock(name string, semaphore bool, limit int, o LockOptions) 
 // UniqueHolder gives a holder id no other call of this process got.
 func UniqueHolder() uint64 { return uint64(C.ts_holder_unique()) }
 
-// Lease is a held lease or permit, until Release.
+// Lease is a held lease or permit, until End.
 type Lease struct {
 	mu sync.Mutex
 	p  *C.TsLease
@@ -145,7 +145,3 @@ func (l *Lease) End(bodyFailed bool) error {
 	l.p = nil
 	return result(nil, rc, e)
 }
-
-// Release lets the key go and frees the lease: End of a function that
-// returned no error.
-func (l *Lease) Release() error { return l.End(false) }
