@@ -21,7 +21,10 @@ export declare class NativeDatabase {
   begin(): Promise<NativeTx>
 }
 
-/** A lease (or a semaphore's permit) while its function runs. */
+/**
+ * A lease (or a semaphore's permit) while its function runs: its state
+ * and end are the core's [`HeldLease`].
+ */
 export declare class NativeLease {
   /** The lease's fence (a bigint); null for a semaphore's permit. */
   get fence(): bigint | null
@@ -35,13 +38,23 @@ export declare class NativeLease {
    */
   ended(): Promise<string | null>
   /**
+   * Ends the hold when its function ended (`bodyFailed`: it threw):
+   * errors with `lost` when the lease had been lost, unless the
+   * function's own error is on its way (LOCK-04, the core's rule).
+   * Idempotent.
+   */
+  end(bodyFailed: boolean): void
+  /**
    * Lets the key go. Errors with `lost` when the lease had been lost:
    * a release never pretends a lost lease was held. Idempotent.
    */
   release(): void
 }
 
-/** A lock or semaphore handle with its checked options. */
+/**
+ * A lock or semaphore handle: the core's [`LockHandle`] (checked when
+ * made, declared once on first use).
+ */
 export declare class NativeLock {
   /** The lock's name. */
   get name(): string
@@ -101,13 +114,13 @@ export declare class NativeStore {
   subscribe(channel: string, branch: Array<JsKey>, recursive: boolean): Promise<NativeSubscription>
   /**
    * A lock handle; the engine checks the name and the durations now
-   * (over a connection, the owner checks the rest at the first hold).
+   * (over a connection, the owner checks the kind at the first hold).
    */
   lock(name: string, ttl?: JsDuration | undefined | null, maxHold?: JsDuration | undefined | null, wait?: JsDuration | undefined | null): NativeLock
   /**
    * A semaphore handle of `limit` permits per key; the engine checks the
-   * limit (and refuses another limit for the same name), over a
-   * connection at the first hold.
+   * limit (and refuses another limit for the same name, over a
+   * connection at the first hold: one declare, in the background).
    */
   semaphore(name: string, limit: number, ttl?: JsDuration | undefined | null, maxHold?: JsDuration | undefined | null, wait?: JsDuration | undefined | null): NativeLock
   /** Opens `<dir>/<name>.db`, applying the numbered `.sql` files of `migrations`. */
@@ -152,6 +165,12 @@ export declare class NativeTx {
   /** Rolls back: nothing written or published in it remains. */
   rollback(): Promise<void>
 }
+
+/**
+ * Checks a text key by the engine's rule (1 to 1,024 bytes), for
+ * `under()` and `hold()` to refuse it at once.
+ */
+export declare function checkKey(key: string): void
 
 /**
  * The fence of `epoch` (high 64 bits) and `count` (low 64 bits), as the

@@ -74,12 +74,14 @@ typedef struct TsCancel TsCancel;
 typedef struct TsDb TsDb;
 
 /**
- * A lease (or a semaphore's permit), held until [`ts_lease_release`].
+ * A lease (or a semaphore's permit), held until [`ts_lease_end`]: its
+ * state and end are the core's [`HeldLease`].
  */
 typedef struct TsLease TsLease;
 
 /**
- * A lock or semaphore handle.
+ * A lock or semaphore handle: the core's [`LockHandle`], declared when
+ * opened.
  */
 typedef struct TsLock TsLock;
 
@@ -264,9 +266,9 @@ int32_t ts_channel_check(const struct TsStore *s,
 /**
  * Publishes `data` (the JSON of a value) to the branch `keys` of
  * `channel`. Errors: `invalid` (name, key), `limit` (over 1 MiB), `closed`,
- * `cancelled`. The caller calls [`ts_hub_try`](crate::hub::ts_hub_try)
+ * `cancelled`. The caller calls [`ts_completions_try`](crate::completions::ts_completions_try)
  * right after: what this call read for the caller's subscriptions is
- * signalled there, not to [`ts_hub_wait`](crate::hub::ts_hub_wait).
+ * signalled there, not to [`ts_completions_wait`](crate::completions::ts_completions_wait).
  *
  * # Safety
  * `s` and `cancel` (or null) are live; `(channel, channel_len)`, `(keys, nkeys)`,
@@ -360,7 +362,7 @@ void ts_error_free(struct TsError *err);
  * # Safety
  * `out` is null or points to room for `max` tokens.
  */
-size_t ts_hub_try(uint64_t *out, size_t max);
+size_t ts_completions_try(uint64_t *out, size_t max);
 
 /**
  * Waits until tokens are on the completion queue, then moves up to `max` of
@@ -371,7 +373,7 @@ size_t ts_hub_try(uint64_t *out, size_t max);
  * # Safety
  * `out` is null or points to room for `max` tokens.
  */
-size_t ts_hub_wait(uint64_t *out, size_t max, int64_t timeout_ms);
+size_t ts_completions_wait(uint64_t *out, size_t max, int64_t timeout_ms);
 
 /**
  * Opens the lock `name` (`semaphore` 0) or the semaphore `name` of `limit`
@@ -460,12 +462,25 @@ int32_t ts_lock_try_hold(const struct TsLock *l,
 uint8_t ts_lease_is_lost(const struct TsLease *lease);
 
 /**
- * Lets the key go and frees the lease. Errors with `lost` when the lease
- * had been lost: a release never pretends a lost lease was held (LOCK-04).
+ * Ends the hold and frees the lease: the error its function's caller gets
+ * besides the function's own. Errors with `lost` when the lease had been
+ * lost while the function ran and `body_failed` is 0 (the function
+ * returned no error); when it is 1 the function's error wins and this
+ * succeeds (LOCK-04, the core's rule).
  *
  * # Safety
  * `lease` is null or live; it is freed by this call, whatever its result.
  * `err` writable.
+ */
+int32_t ts_lease_end(struct TsLease *lease, uint8_t body_failed, struct TsError **err);
+
+/**
+ * Lets the key go and frees the lease: [`ts_lease_end`] of a function that
+ * returned no error. Errors with `lost` when the lease had been lost: a
+ * release never pretends a lost lease was held (LOCK-04).
+ *
+ * # Safety
+ * As [`ts_lease_end`].
  */
 int32_t ts_lease_release(struct TsLease *lease, struct TsError **err);
 

@@ -185,6 +185,16 @@ func TestStoreStatusShowsSubscriptionsAndHeldKeys(t *testing.T) {
 				t.Errorf("status %+v", st)
 				return nil
 			}
+			// The branch shows its subscription's lag (CHAN-02): one entry, nothing unread.
+			var lag []uint64
+			for _, b := range st.Branches {
+				if b.Channel == "chat-events" && len(b.Branch) == 1 && b.Branch[0] == "7" {
+					lag = b.Lag
+				}
+			}
+			if len(lag) != 1 || lag[0] != 0 {
+				t.Errorf("branch 7 of chat-events has lag %v, want [0]; branches %+v", lag, st.Branches)
+			}
 			k := st.Locks[0]
 			if k.Lock != "summaries" || k.Key != "7" || len(k.Holders) != 1 || k.Holders[0].Fence != lease.Fence.String() {
 				t.Errorf("key status %+v, want key 7 held with fence %s", k, lease.Fence)

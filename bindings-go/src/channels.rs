@@ -9,7 +9,7 @@ use tinystore::channels::{Event, RawSubscription, Scope};
 use crate::args::{TsStr, TsValue, Values, bytes, text};
 use crate::cancel::{TsCancel, block_on};
 use crate::error::{TsError, call, quiet};
-use crate::hub;
+use crate::completions;
 use crate::store::TsStore;
 
 /// Checks a channel handle can be made: the name is in rule and the store
@@ -28,9 +28,9 @@ pub unsafe extern "C" fn ts_channel_check(s: *const TsStore, name: *const u8, na
 
 /// Publishes `data` (the JSON of a value) to the branch `keys` of
 /// `channel`. Errors: `invalid` (name, key), `limit` (over 1 MiB), `closed`,
-/// `cancelled`. The caller calls [`ts_hub_try`](crate::hub::ts_hub_try)
+/// `cancelled`. The caller calls [`ts_completions_try`](crate::completions::ts_completions_try)
 /// right after: what this call read for the caller's subscriptions is
-/// signalled there, not to [`ts_hub_wait`](crate::hub::ts_hub_wait).
+/// signalled there, not to [`ts_completions_wait`](crate::completions::ts_completions_wait).
 ///
 /// # Safety
 /// `s` and `cancel` (or null) are live; `(channel, channel_len)`, `(keys, nkeys)`,
@@ -54,8 +54,8 @@ pub unsafe extern "C" fn ts_publish(
         let channel = unsafe { text(channel, channel_len) }?;
         let keys = unsafe { Values::new(keys, nkeys, buf, buf_len) }.keys()?;
         let data: Box<[u8]> = unsafe { bytes(data, data_len) }.into();
-        // The caller takes the tokens this pushes (ts_hub_try) on return.
-        crate::hub::deferring(|| block_on(cancel, s.store.publish_raw(channel, &keys, data)))
+        // The caller takes the tokens this pushes (ts_completions_try) on return.
+        crate::completions::deferring(|| block_on(cancel, s.store.publish_raw(channel, &keys, data)))
     })
 }
 
@@ -134,7 +134,7 @@ pub unsafe extern "C" fn ts_subscribe(
         let keys = unsafe { Values::new(keys, nkeys, buf, buf_len) }.keys()?;
         let scope = if recursive != 0 { Scope::Recursive } else { Scope::Branch };
         let raw = block_on(cancel, s.store.subscribe_raw(channel, &keys, scope, None))?;
-        let sub = TsSub { raw, waker: hub::waker(token), batch: Mutex::new(Batch::default()) };
+        let sub = TsSub { raw, waker: completions::waker(token), batch: Mutex::new(Batch::default()) };
         unsafe { *out = Box::into_raw(Box::new(sub)) };
         Ok(())
     })

@@ -20,7 +20,7 @@
 //!   `cancelled` when it fires.
 //! - Nothing calls back into the caller: what happens later (a message ready,
 //!   a lease lost) is a token pushed on the completion queue
-//!   ([`ts_hub_wait`]), which one caller thread drains.
+//!   ([`ts_completions_wait`]), which one caller thread drains.
 //!
 //! # Safety
 //!
@@ -41,7 +41,7 @@ mod args;
 mod cancel;
 mod channels;
 mod error;
-mod hub;
+mod completions;
 mod locks;
 mod sql;
 mod store;
@@ -50,7 +50,7 @@ pub use args::*;
 pub use cancel::*;
 pub use channels::*;
 pub use error::*;
-pub use hub::*;
+pub use completions::*;
 pub use locks::*;
 pub use sql::*;
 pub use store::*;

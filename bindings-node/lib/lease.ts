@@ -70,9 +70,10 @@ export function currentHolder(): bigint {
 }
 
 /**
- * Runs `fn` under the lease, then lets the key go. The function's own error
- * reaches the caller unchanged; a lease lost while it ran makes the `hold`
- * end with a {@link LostError}, even if the function never yielded.
+ * Runs `fn` under the lease, then ends the hold: the engine's rule (the
+ * function's own error reaches the caller unchanged; a lease lost while it
+ * ran makes the `hold` end with a {@link LostError}, even if the function
+ * never yielded).
  */
 export async function runUnder<L extends Permit, R>(
   held: NativeLease,
@@ -84,13 +85,9 @@ export async function runUnder<L extends Permit, R>(
   try {
     value = await holders.run(holder, () => fn(make(held)))
   } catch (err) {
-    try {
-      held.release()
-    } catch {
-      // The function's own error wins over a lost lease.
-    }
+    held.end(true)
     throw err
   }
-  sync(() => held.release())
+  sync(() => held.end(false))
   return value
 }

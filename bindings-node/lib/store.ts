@@ -4,6 +4,7 @@ import { Database } from './database'
 import { InvalidError, now, sync } from './errors'
 import { makeLock, makeSemaphore, type Lock, type LockOptions, type Semaphore, type SemaphoreOptions } from './lock'
 import { native, type NativeStore } from './native'
+import { toStatus, type StoreStatus } from './status'
 
 /** Options of `store.database`. */
 export interface DatabaseOptions {
@@ -55,128 +56,6 @@ export async function open(dir: string): Promise<Store> {
 export async function connect(address: string): Promise<Store> {
   check.text('an address', address, "'unix:PATH', 'tcp:HOST:PORT' or 'tls:HOST:PORT'")
   return new Store(await now(() => native.NativeStore.connect(address)))
-}
-
-/** What {@link Store.status} shows: the owner, its branches and held keys. */
-export interface StoreStatus {
-  /** The store directory (the owner's path). */
-  readonly dir: string
-  /** The owner's process id. */
-  readonly pid: number
-  /** The owner's epoch: the high 64 bits of every fence. */
-  readonly epoch: bigint
-  /** Milliseconds since the owner opened the store. */
-  readonly uptimeMs: number
-  /** Subscriptions now, of every process (at most 10,000). */
-  readonly subscriptions: number
-  /** Bytes all channels keep (at most 64 MiB). */
-  readonly channelBytes: number
-  /** Every branch the store knows. */
-  readonly branches: readonly BranchStatus[]
-  /** Every key held or waited for. */
-  readonly locks: readonly KeyStatus[]
-  /** The processes connected to the owner. */
-  readonly connections: readonly ConnectionStatus[]
-}
-
-/** One branch in {@link StoreStatus}. */
-export interface BranchStatus {
-  /** The channel's name. */
-  readonly channel: string
-  /** The branch's keys as text; empty for the channel's root. */
-  readonly branch: readonly string[]
-  /** Subscriptions of this branch alone. */
-  readonly subscribers: number
-  /** Recursive subscriptions rooted here. */
-  readonly recursiveSubscribers: number
-  /** Messages its log keeps now (at most 1,024). */
-  readonly keptMessages: number
-  /** Bytes its log keeps now (at most 4 MiB). */
-  readonly keptBytes: number
-  /** Messages published to it while the store knew it. */
-  readonly published: number
-  /** How many messages each of its subscriptions has yet to read. */
-  readonly lag: readonly number[]
-}
-
-/** One key held or waited for, in {@link StoreStatus}. */
-export interface KeyStatus {
-  /** The lock's or semaphore's name. */
-  readonly lock: string
-  /** The key, as text. */
-  readonly key: string
-  /** Its leases now (a semaphore's key can have up to its limit). */
-  readonly holders: readonly HolderStatus[]
-  /** Holds waiting in line. */
-  readonly waiters: number
-}
-
-/** One lease, in {@link KeyStatus}. */
-export interface HolderStatus {
-  /** The lease's id. */
-  readonly lease: number
-  /** Its fence; null for a semaphore's permit. */
-  readonly fence: bigint | null
-  /** Who holds it: the holder id, every digit. */
-  readonly holder: bigint
-  /** Milliseconds since it was given. */
-  readonly heldMs: number
-  /** Milliseconds until it runs out, where it can (ttl or `maxHold`); else null. */
-  readonly leftMs: number | null
-}
-
-/** One process connected to the owner, in {@link StoreStatus}. */
-export interface ConnectionStatus {
-  /** The connection's id. */
-  readonly id: number
-  /** The name the client gave. */
-  readonly client: string
-  /** Where it connected from. */
-  readonly address: string
-  /** Milliseconds since it connected. */
-  readonly sinceMs: number
-}
-
-/** The engine's status JSON (snake_case) as a {@link StoreStatus}. */
-function toStatus(json: string): StoreStatus {
-  const v = JSON.parse(json)
-  const big = (x: unknown) => (x === null || x === undefined ? null : BigInt(x as string | number))
-  return {
-    dir: v.dir,
-    pid: v.pid,
-    epoch: BigInt(v.epoch),
-    uptimeMs: v.uptime_ms,
-    subscriptions: v.subscriptions,
-    channelBytes: v.channel_bytes,
-    branches: (v.branches ?? []).map((b: any): BranchStatus => ({
-      channel: b.channel,
-      branch: b.branch,
-      subscribers: b.subscribers,
-      recursiveSubscribers: b.recursive_subscribers,
-      keptMessages: b.kept_messages,
-      keptBytes: b.kept_bytes,
-      published: b.published,
-      lag: b.lag ?? [],
-    })),
-    locks: (v.locks ?? []).map((k: any): KeyStatus => ({
-      lock: k.lock,
-      key: k.key,
-      holders: k.holders.map((h: any): HolderStatus => ({
-        lease: h.lease,
-        fence: big(h.fence),
-        holder: BigInt(h.holder),
-        heldMs: h.held_ms,
-        leftMs: h.left_ms ?? null,
-      })),
-      waiters: k.waiters,
-    })),
-    connections: (v.connections ?? []).map((c: any): ConnectionStatus => ({
-      id: c.id,
-      client: c.client,
-      address: c.address,
-      sinceMs: c.since_ms,
-    })),
-  }
 }
 
 /**

@@ -5,7 +5,6 @@ use napi::Env;
 use napi_derive::napi;
 use tinystore::Store;
 use tinystore::channels::Scope;
-use tinystore::limits::check_name;
 use tinystore::locks::{Kind, LockOptions};
 
 use crate::convert::{self, JsDuration, JsKey};
@@ -150,7 +149,7 @@ impl NativeStore {
     }
 
     /// A lock handle; the engine checks the name and the durations now
-    /// (over a connection, the owner checks the rest at the first hold).
+    /// (over a connection, the owner checks the kind at the first hold).
     #[napi]
     pub fn lock(
         &self,
@@ -160,14 +159,12 @@ impl NativeStore {
         wait: Option<JsDuration>,
     ) -> napi::Result<NativeLock> {
         let opts = options(ttl, max_hold, wait)?;
-        check_name("lock", &name).napi()?;
-        let (store, n) = (self.store.clone(), name.clone());
-        NativeLock::new(name, opts, self.store.is_owner(), self.uv.clone(), Box::new(move || store.lock_raw(&n, Kind::Lock)))
+        NativeLock::new(&self.store, &name, Kind::Lock, opts, self.uv.clone())
     }
 
     /// A semaphore handle of `limit` permits per key; the engine checks the
-    /// limit (and refuses another limit for the same name), over a
-    /// connection at the first hold.
+    /// limit (and refuses another limit for the same name, over a
+    /// connection at the first hold: one declare, in the background).
     #[napi]
     pub fn semaphore(
         &self,
@@ -190,18 +187,7 @@ impl NativeStore {
         }
         let limit = limit as u32;
         let opts = options(ttl, max_hold, wait)?;
-        check_name("semaphore", &name).napi()?;
-        let (store, n) = (self.store.clone(), name.clone());
-        NativeLock::new(
-            name,
-            opts,
-            self.store.is_owner(),
-            self.uv.clone(),
-            Box::new(move || {
-                store.semaphore(&n).limit(limit).open()?;
-                store.lock_raw(&n, Kind::Semaphore { limit })
-            }),
-        )
+        NativeLock::new(&self.store, &name, Kind::Semaphore { limit }, opts, self.uv.clone())
     }
 
     /// Opens `<dir>/<name>.db`, applying the numbered `.sql` files of `migrations`.

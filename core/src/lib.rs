@@ -43,6 +43,7 @@ pub mod locks;
 pub mod runtime;
 pub mod spin;
 pub mod sql;
+pub mod status;
 mod store;
 mod client;
 pub use client::LoopReader;

@@ -9,7 +9,6 @@ from types import TracebackType
 from typing import Any, Callable, Generic, Optional, Type, TypeVar, Union
 
 from . import _aio, _native
-from .errors import LostError
 from .lease import Lease, Permit
 
 #: A duration: a string (``"250ms"``, ``"30s"``, ``"2m"``, ``"1h"``,
@@ -103,14 +102,10 @@ class _TryHold(Generic[L]):
 
 
 def release(native_lease: _native.NativeLease, et: Optional[Type[BaseException]]) -> None:
-    """Lets the key go when a block ends. A lost lease raises ``LostError``,
-    unless the block raised its own error, which then reaches the caller
-    unchanged (LOCK-04)."""
-    try:
-        native_lease.release()
-    except LostError:
-        if et is None:
-            raise
+    """Ends the hold when a block ends: the core raises ``LostError`` for a
+    lease lost while the block ran, unless the block raised its own error,
+    which then reaches the caller unchanged (LOCK-04)."""
+    native_lease.end(et is not None)
 
 
 class _Handle:

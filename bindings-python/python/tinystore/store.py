@@ -10,6 +10,7 @@ from typing import Any, Generator, Optional, Type, TypeVar, Union, overload
 
 from . import _aio, _native
 from .channel import Channel
+from ._status import StoreStatus
 from .lock import Duration, Lock, Semaphore
 from .sql import Database
 
@@ -132,9 +133,10 @@ class Store:
     def closed(self) -> bool:
         return self._native.closed
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> StoreStatus:
         """What the store holds now: subscriptions and branches, held keys
-        with their fences and waiters (a dict of JSON values). Connected, it
+        with their fences and waiters: a dict of JSON values, typed as
+        :class:`tinystore.StoreStatus` (its shape comes from the core). Connected, it
         is asked of the owner (one round trip, waited for here). Raises
         ``ClosedError`` once the store is closed."""
         if self._watch is not None:

@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 
 pub use self::lease::RawLease;
 pub(crate) use self::lease::{LeaseShared, LostReason};
-pub use self::lock::{Lease, Lock, LockBuilder, LockOptions, Permit, Semaphore, SemaphoreBuilder};
+pub use self::lock::{HeldLease, Lease, LeaseState, Lock, LockBuilder, LockHandle, LockOptions, Permit, Semaphore, SemaphoreBuilder, end_of_hold};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::Fence;
 use crate::key::Key;

@@ -6,7 +6,7 @@
 // Rules it keeps: no Go pointer is kept by C after a call returns, and C
 // never calls into Go: what happens later (a subscription has something to
 // read, a lease was lost) comes back as a token on the completion queue,
-// which one goroutine drains (hub.go).
+// which one goroutine drains (completions.go).
 package native
 
 /*
