@@ -20,6 +20,7 @@ mod uvread;
 // What JavaScript calls is public here. napi-derive registers a free
 // function only outside cfg(test), so in the test build a private one
 // would look unused.
+pub use convert::check_key;
 pub use database::{NativeDatabase, NativeTx};
 pub use fence::{fence_of, fence_padded};
 pub use lock::{NativeLease, NativeLock, new_holder};
