@@ -151,7 +151,7 @@ _CLASSES = (
 
 # The codes come from the core (_codes.py, generated): one class each, in the
 # engine's order. A code the core adds without a class here fails at import.
-_by_code = {c.code: c for c in _CLASSES}
+_by_code: dict[str, type[Error]] = {c.code: c for c in _CLASSES}
 _missing = [code for code in CODES if code not in _by_code]
 if _missing or len(_by_code) != len(CODES):
     raise ImportError(f"tinystore.errors has no class for the engine's codes {_missing}")

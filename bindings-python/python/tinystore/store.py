@@ -143,7 +143,7 @@ class Store:
             # This thread waits for the answer here, so the loop cannot read
             # it: the engine does (the next call watches again).
             self._watch.detach()
-        status: dict[str, Any] = json.loads(self._native.status_json())
+        status: StoreStatus = json.loads(self._native.status_json())
         return status
 
     async def close(self) -> None:
