@@ -319,6 +319,20 @@ void ts_sub_stop(const struct TsSub *sub);
 void ts_sub_free(struct TsSub *sub);
 
 /**
+ * Runs the `tinystore` command (`tinystore::cli::run`) on this thread
+ * until it is done and returns its exit status. `args` holds `args_len`
+ * bytes: each argument followed by a NUL byte, the program's name first.
+ * A panic gives 70.
+ *
+ * First it puts SIGINT, SIGTERM and SIGHUP back to their default action:
+ * the Go runtime's handlers for them would be chained to by the
+ * command's own (which `serve`, `channels subscribe` and `lock hold`
+ * install) on threads Go did not make. So Ctrl+C ends a command that
+ * installs none, and stops the others as it does in the core's binary.
+ */
+int32_t ts_cli(const uint8_t *args, size_t args_len);
+
+/**
  * Frees an error a call stored in `*err`. Null is fine.
  */
 void ts_error_free(struct TsError *err);
@@ -541,10 +555,21 @@ int32_t ts_store_open(const uint8_t *dir,
 
 /**
  * Connects to a store owned by another process at `address`
- * (`unix:PATH`, `tcp:HOST:PORT`), as `Store::connect`.
+ * (`unix:PATH`, `tcp:HOST:PORT`, `tls:HOST:PORT`), as
+ * `Store::connect_with`. Each option not given keeps the core's default:
+ * `token` (when `has_token` is not 0) instead of `TINYSTORE_TOKEN`,
+ * `ca_file` (when `has_ca_file` is not 0) instead of `TINYSTORE_CA`,
+ * `request_timeout_ms` (when not 0) instead of 10 s. Errors: `invalid`, `io`, `auth`, `protocol`.
  */
 int32_t ts_store_connect(const uint8_t *address,
                          size_t address_len,
+                         const uint8_t *token,
+                         size_t token_len,
+                         uint8_t has_token,
+                         const uint8_t *ca_file,
+                         size_t ca_file_len,
+                         uint8_t has_ca_file,
+                         uint64_t request_timeout_ms,
                          struct TsStore **out,
                          struct TsError **err);
 

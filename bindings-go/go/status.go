@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
-	"tinystore/internal/native"
+	"tinystore.dev/tinystore/internal/native"
 )
 
 // Status is what a store holds now, as its owner sees it.

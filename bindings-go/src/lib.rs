@@ -25,6 +25,7 @@
 mod args;
 mod cancel;
 mod channels;
+mod cli;
 mod error;
 mod hub;
 mod locks;
@@ -34,6 +35,7 @@ mod store;
 pub use args::*;
 pub use cancel::*;
 pub use channels::*;
+pub use cli::*;
 pub use error::*;
 pub use hub::*;
 pub use locks::*;

@@ -1,8 +1,9 @@
 //! Opening, connecting to and closing a store.
 
 use std::ffi::{CString, c_char};
+use std::time::Duration;
 
-use tinystore::Store;
+use tinystore::{ConnectOptions, Store};
 
 use crate::args::text;
 use crate::error::{TsError, call, quiet};
@@ -24,16 +25,37 @@ pub unsafe extern "C" fn ts_store_open(dir: *const u8, dir_len: usize, out: *mut
 }
 
 /// Connects to a store owned by another process at `address`
-/// (`unix:PATH`, `tcp:HOST:PORT`), as `Store::connect`.
+/// (`unix:PATH`, `tcp:HOST:PORT`, `tls:HOST:PORT`), as
+/// `Store::connect_with`. Each option not given keeps the core's default:
+/// `token` (when `has_token` is not 0) instead of `TINYSTORE_TOKEN`,
+/// `ca_file` (when `has_ca_file` is not 0) instead of `TINYSTORE_CA`,
+/// `request_timeout_ms` (when not 0) instead of 10 s. Errors: `invalid`, `io`, `auth`, `protocol`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_connect(
     address: *const u8,
     address_len: usize,
+    token: *const u8,
+    token_len: usize,
+    has_token: u8,
+    ca_file: *const u8,
+    ca_file_len: usize,
+    has_ca_file: u8,
+    request_timeout_ms: u64,
     out: *mut *mut TsStore,
     err: *mut *mut TsError,
 ) -> i32 {
     call(err, || {
-        let store = Store::connect(unsafe { text(address, address_len) }?)?;
+        let mut opts = ConnectOptions::new();
+        if has_token != 0 {
+            opts = opts.token(unsafe { text(token, token_len) }?);
+        }
+        if has_ca_file != 0 {
+            opts = opts.ca_file(unsafe { text(ca_file, ca_file_len) }?);
+        }
+        if request_timeout_ms != 0 {
+            opts = opts.request_timeout(Duration::from_millis(request_timeout_ms));
+        }
+        let store = Store::connect_with(unsafe { text(address, address_len) }?, opts)?;
         unsafe { *out = Box::into_raw(Box::new(TsStore { store })) };
         Ok(())
     })

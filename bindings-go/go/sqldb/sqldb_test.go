@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"tinystore"
-	"tinystore/internal/testkit"
-	"tinystore/locks"
-	"tinystore/sqldb"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/internal/testkit"
+	"tinystore.dev/tinystore/locks"
+	"tinystore.dev/tinystore/sqldb"
 )
 
 var bg = context.Background()
