@@ -9,13 +9,8 @@ use crate::error::quiet;
 /// Runs the `tinystore` command (`tinystore::cli::run`) on this thread
 /// until it is done and returns its exit status. `args` holds `args_len`
 /// bytes: each argument followed by a NUL byte, the program's name first.
-/// A panic gives 70.
-///
-/// First it puts SIGINT, SIGTERM and SIGHUP back to their default action:
-/// the Go runtime's handlers for them would be chained to by the
-/// command's own (which `serve`, `channels subscribe` and `lock hold`
-/// install) on threads Go did not make. So Ctrl+C ends a command that
-/// installs none, and stops the others as it does in the core's binary.
+/// A panic gives 70. The command takes SIGINT, SIGTERM and SIGHUP over
+/// from the Go runtime (see `tinystore::cli::run`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_cli(args: *const u8, args_len: usize) -> i32 {
     quiet(70, || {
@@ -26,10 +21,6 @@ pub unsafe extern "C" fn ts_cli(args: *const u8, args_len: usize) -> i32 {
             Some((last, rest)) if last.is_empty() => rest.to_vec(),
             _ => args,
         };
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            // SAFETY: setting a signal's action to its default.
-            unsafe { libc::signal(sig, libc::SIG_DFL) };
-        }
         tinystore::cli::run(args)
     })
 }

@@ -176,14 +176,22 @@ pub fn version_line() -> String {
 /// `lock hold` ran. `--help` and `--version` print to stdout and return 0.
 ///
 /// It runs in the calling thread until the command is done (`serve` and
-/// `channels subscribe` until SIGINT or SIGTERM, for which it installs
-/// handlers), and may end the process with status 0 when stdout is a pipe
-/// its reader closed.
+/// `channels subscribe` until SIGINT or SIGTERM), and may end the process
+/// with status 0 when stdout is a pipe its reader closed. It takes over
+/// SIGINT, SIGTERM and SIGHUP: it puts them back to their default action
+/// first, as a command expects, so that the handlers a host process had
+/// (Node's, the Go runtime's, Python's) are not chained to by the ones
+/// `serve`, `channels subscribe` and `lock hold` install. Node's, for one,
+/// raises the signal again, which such a chain would handle forever.
 pub fn run<I, T>(args: I) -> i32
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: setting a signal's action to its default.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
     static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let command = Cli::command().version(VERSION.get_or_init(version_line).as_str());
     let cli = match command.try_get_matches_from(args).and_then(|m| Cli::from_arg_matches(&m)) {
