@@ -322,13 +322,8 @@ void ts_sub_free(struct TsSub *sub);
  * Runs the `tinystore` command (`tinystore::cli::run`) on this thread
  * until it is done and returns its exit status. `args` holds `args_len`
  * bytes: each argument followed by a NUL byte, the program's name first.
- * A panic gives 70.
- *
- * First it puts SIGINT, SIGTERM and SIGHUP back to their default action:
- * the Go runtime's handlers for them would be chained to by the
- * command's own (which `serve`, `channels subscribe` and `lock hold`
- * install) on threads Go did not make. So Ctrl+C ends a command that
- * installs none, and stops the others as it does in the core's binary.
+ * A panic gives 70. The command takes SIGINT, SIGTERM and SIGHUP over
+ * from the Go runtime (see `tinystore::cli::run`).
  */
 int32_t ts_cli(const uint8_t *args, size_t args_len);
 
