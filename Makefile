@@ -8,9 +8,9 @@ SHELL := /bin/bash
 export CARGO_TERM_COLOR := never
 export GOTOOLCHAIN := local
 
-.PHONY: test test-rust clippy test-python test-node test-go test-chat demo
+.PHONY: test test-rust clippy test-python test-node test-go test-chat test-packaging demo dist
 
-test: test-rust clippy test-python test-node test-go test-chat
+test: test-rust clippy test-python test-node test-go test-chat test-packaging
 
 test-rust:
 	cargo test
@@ -33,6 +33,17 @@ test-go:
 # The chat app's own tests, the browser test included (examples/chat).
 test-chat:
 	$(MAKE) -C examples/chat test
+
+# The packages a user installs (packaging/README.md): builds `make dist`,
+# then installs each in a fresh project outside the repository, with no
+# cargo or rustc on its PATH, and runs the seeds' samples there.
+test-packaging:
+	packaging/test.sh
+
+# The wheel, the npm tarballs, the Go module (as a module proxy serves it)
+# and the Rust crate, in release, into dist/.
+dist:
+	packaging/dist.sh
 
 # The chat app on chatterbot-corpus, with its report (examples/chat/README.md).
 demo:

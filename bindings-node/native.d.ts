@@ -75,10 +75,10 @@ export declare class NativeStore {
   static open(dir: string): Promise<NativeStore>
   /**
    * Connects to the store served at `address`: `unix:PATH`,
-   * `tcp:HOST:PORT` (the token in `TINYSTORE_TOKEN`) or `tls:HOST:PORT`
-   * (the token, and the CA's PEM file in `TINYSTORE_CA`).
+   * `tcp:HOST:PORT` (the token, else `TINYSTORE_TOKEN`) or `tls:HOST:PORT`
+   * (the token, and the CA's PEM file, else `TINYSTORE_CA`).
    */
-  static connect(address: string): Promise<NativeStore>
+  static connect(address: string, options?: NativeConnectOptions | undefined | null): Promise<NativeStore>
   /** Ends subscriptions and lets held keys go. Idempotent. */
   close(): void
   /**
@@ -173,6 +173,12 @@ export declare class NativeTx {
 export declare function checkKey(key: string): void
 
 /**
+ * Runs the `tinystore` command with `args` (the first, the program's name)
+ * on this thread until it is done, and returns its exit status.
+ */
+export declare function cli(args: Array<string>): number
+
+/**
  * The fence of `epoch` (high 64 bits) and `count` (low 64 bits), as the
  * engine composes it; for the fence vectors of FENCE-01.
  */
@@ -192,6 +198,19 @@ export type JsSqlParam = null | undefined | boolean | number | bigint | string |
 
 /** A SQL value as JavaScript gets it: an integer past 2^53 as a bigint. */
 export type JsSqlValue = null | number | bigint | string | Buffer
+
+/**
+ * What `connect` takes instead of the environment; each unset one keeps
+ * the engine's default.
+ */
+export interface NativeConnectOptions {
+  /** The token for `tcp:` and `tls:`; default `TINYSTORE_TOKEN`. */
+  token?: string
+  /** For `tls:`, the CA's PEM file; default `TINYSTORE_CA`. */
+  caFile?: string
+  /** How long a request may go unanswered; default 10 s. */
+  requestTimeout?: JsDuration
+}
 
 /** What a write did. */
 export interface NativeDone {

@@ -225,6 +225,41 @@ typedef struct TsRowsView {
   size_t buf_len;
 } TsRowsView;
 
+/**
+ * The options of [`ts_store_connect`]. Each option not given keeps the
+ * core's default.
+ */
+typedef struct TsConnectOptions {
+  /**
+   * The token (when `has_token` is not 0) instead of `TINYSTORE_TOKEN`.
+   */
+  const uint8_t *token;
+  /**
+   * Its length in bytes.
+   */
+  size_t token_len;
+  /**
+   * 1 when `token` is given.
+   */
+  uint8_t has_token;
+  /**
+   * The CA's PEM file (when `has_ca_file` is not 0) instead of `TINYSTORE_CA`.
+   */
+  const uint8_t *ca_file;
+  /**
+   * Its length in bytes.
+   */
+  size_t ca_file_len;
+  /**
+   * 1 when `ca_file` is given.
+   */
+  uint8_t has_ca_file;
+  /**
+   * How long a request may go unanswered, in milliseconds; 0 keeps 10 s.
+   */
+  uint64_t request_timeout_ms;
+} TsConnectOptions;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -346,6 +381,18 @@ void ts_sub_stop(const struct TsSub *sub);
  * `sub` is null or live; its events are not read after.
  */
 void ts_sub_free(struct TsSub *sub);
+
+/**
+ * Runs the `tinystore` command (`tinystore::cli::run`) on this thread
+ * until it is done and returns its exit status. `args` holds `args_len`
+ * bytes: each argument followed by a NUL byte, the program's name first.
+ * A panic gives 70. The command takes SIGINT, SIGTERM and SIGHUP over
+ * from the Go runtime (see `tinystore::cli::run`).
+ *
+ * # Safety
+ * `(args, args_len)` readable.
+ */
+int32_t ts_cli(const uint8_t *args, size_t args_len);
 
 /**
  * Frees an error a call stored in `*err`. Null is fine.
@@ -658,13 +705,18 @@ int32_t ts_store_open(const uint8_t *dir,
 
 /**
  * Connects to a store owned by another process at `address`
- * (`unix:PATH`, `tcp:HOST:PORT`), as `Store::connect`.
+ * (`unix:PATH`, `tcp:HOST:PORT`, `tls:HOST:PORT`), as
+ * `Store::connect_with`, with the options `opts` (null: every default).
+ * Errors: `invalid`, `io`, `auth`, `protocol`.
  *
  * # Safety
- * `(address, address_len)` readable; `out` and `err` writable.
+ * `(address, address_len)` readable; `opts` null or readable, with its
+ * `(token, token_len)` and `(ca_file, ca_file_len)` readable where given;
+ * `out` and `err` writable.
  */
 int32_t ts_store_connect(const uint8_t *address,
                          size_t address_len,
+                         const struct TsConnectOptions *opts,
                          struct TsStore **out,
                          struct TsError **err);
 

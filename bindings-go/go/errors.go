@@ -1,6 +1,6 @@
 package tinystore
 
-import "tinystore/internal/native"
+import "tinystore.dev/tinystore/internal/native"
 
 // Error is an error of the engine: its stable Code and a Message that says
 // what was wrong and what to do. errors.Is(err, ErrTimeout) and the like

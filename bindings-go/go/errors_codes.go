@@ -3,7 +3,7 @@
 
 package tinystore
 
-import "tinystore/internal/native"
+import "tinystore.dev/tinystore/internal/native"
 
 // The errors of the engine, one per code, for errors.Is.
 var (

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
-	"tinystore/internal/native"
+	"tinystore.dev/tinystore/internal/native"
 )
 
 // The types Status, BranchStatus, KeyStatus, HolderStatus and

@@ -40,6 +40,7 @@
 mod args;
 mod cancel;
 mod channels;
+mod cli;
 mod error;
 mod completions;
 mod locks;
@@ -49,6 +50,7 @@ mod store;
 pub use args::*;
 pub use cancel::*;
 pub use channels::*;
+pub use cli::*;
 pub use error::*;
 pub use completions::*;
 pub use locks::*;

@@ -5,6 +5,7 @@ import { InvalidError, now, sync } from './errors'
 import { makeLock, makeSemaphore, type Lock, type LockOptions, type Semaphore, type SemaphoreOptions } from './lock'
 import { native, type NativeStore } from './native'
 import { toStatus, type StoreStatus } from './status'
+import type { Duration } from './types'
 
 /** Options of `store.database`. */
 export interface DatabaseOptions {
@@ -34,28 +35,67 @@ export async function open(dir: string): Promise<Store> {
 }
 
 /**
+ * Options of {@link connect}. Each one left out keeps its default, read from
+ * the environment where there is one, so a deployment can set it without code.
+ */
+export interface ConnectOptions {
+  /**
+   * The token for `tcp:` and `tls:` addresses: a line of the owner's
+   * `DIR/tokens` (`tinystore token new DIR` makes one). Default: the
+   * environment variable `TINYSTORE_TOKEN`. Two stores connected with two
+   * tokens can live in one process.
+   */
+  token?: string
+  /**
+   * For `tls:` addresses: the PEM file of the CA certificate(s) to trust, or
+   * the store's own self-signed certificate; no public roots are trusted.
+   * Default: the environment variable `TINYSTORE_CA`.
+   */
+  caFile?: string
+  /**
+   * How long a request may go unanswered (beyond a hold's `wait`) before it
+   * throws a {@link TimeoutError}: `'5s'` or milliseconds. Default: 10 seconds.
+   */
+  requestTimeout?: Duration
+}
+
+/**
  * Connects to the store another process serves at `address`. The same API
  * as an owned store; the connection comes back by itself after a drop.
  *
  * - `'unix:PATH'`: the owner's Unix socket, `'unix:data/tinystore.sock'`
  *   (owner-only, no token).
- * - `'tcp:HOST:PORT'`: TCP, with the token in the environment variable
- *   `TINYSTORE_TOKEN` (`tinystore token new DIR` makes one).
- * - `'tls:HOST:PORT'`: TCP with TLS, with the token in `TINYSTORE_TOKEN` and
- *   the PEM file of the CA (or the store's own certificate) in
+ * - `'tcp:HOST:PORT'`: TCP, with a token (`options.token`, else the
+ *   environment variable `TINYSTORE_TOKEN`).
+ * - `'tls:HOST:PORT'`: TCP with TLS, with the token and the PEM file of the
+ *   CA (or the store's own certificate) in `options.caFile`, else
  *   `TINYSTORE_CA`; only that CA is trusted, and HOST must be a name or
  *   address the certificate lists. See "TLS" in `docs/wire.md`.
  *
+ * ```ts
+ * const store = await connect('tls:db.example.com:7443', { token, caFile: 'ca.pem', requestTimeout: '5s' })
+ * ```
+ *
  * @param address - `unix:PATH`, `tcp:HOST:PORT` or `tls:HOST:PORT`.
- * @throws {@link IoError} when nothing answers at the address;
- * {@link AuthError} for a missing or wrong token, or a certificate the CA
- * did not sign; {@link InvalidError} for an address out of form, or `tls:`
- * without `TINYSTORE_CA`; {@link ProtocolError} for `tcp:` on a TLS port or
- * `tls:` on a plain one.
+ * @param options - Token, CA file and request timeout ({@link ConnectOptions}).
+ * @throws {@link IoError} when nothing answers at the address or the CA file
+ * is unreadable; {@link AuthError} for a missing or wrong token, or a
+ * certificate the CA did not sign; {@link InvalidError} for an address or
+ * option out of form, or `tls:` without a CA file; {@link ProtocolError} for
+ * `tcp:` on a TLS port or `tls:` on a plain one.
  */
-export async function connect(address: string): Promise<Store> {
+export async function connect(address: string, options?: ConnectOptions): Promise<Store> {
   check.text('an address', address, "'unix:PATH', 'tcp:HOST:PORT' or 'tls:HOST:PORT'")
-  return new Store(await now(() => native.NativeStore.connect(address)))
+  const o = options ?? {}
+  if (typeof o !== 'object' || o === null) {
+    throw new InvalidError(`the options of connect are an object, like { token: '...' }; got ${check.describe(options)}`)
+  }
+  const nativeOptions = {
+    token: o.token === undefined ? undefined : check.text('the token', o.token, "'3f9c...'"),
+    caFile: o.caFile === undefined ? undefined : check.text('caFile', o.caFile, "'ca.pem'"),
+    requestTimeout: check.duration('requestTimeout', o.requestTimeout),
+  }
+  return new Store(await now(() => native.NativeStore.connect(address, nativeOptions)))
 }
 
 /**

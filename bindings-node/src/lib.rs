@@ -24,7 +24,7 @@ pub use convert::check_key;
 pub use database::{NativeDatabase, NativeTx};
 pub use fence::{fence_of, fence_padded};
 pub use lock::{NativeLease, NativeLock, new_holder};
-pub use store::NativeStore;
+pub use store::{NativeStore, cli};
 pub use subscription::NativeSubscription;
 
 /// The version of the engine this package carries.

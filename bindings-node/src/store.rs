@@ -3,7 +3,7 @@
 use napi::bindgen_prelude::{BigInt, Either, PromiseRaw};
 use napi::Env;
 use napi_derive::napi;
-use tinystore::Store;
+use tinystore::{ConnectOptions, Store};
 use tinystore::channels::Scope;
 use tinystore::locks::{Kind, LockOptions};
 
@@ -14,6 +14,25 @@ use crate::lock::NativeLock;
 use crate::ready::now_or_promise;
 use crate::subscription::NativeSubscription;
 use crate::uvread::UvReader;
+
+/// What `connect` takes instead of the environment; each unset one keeps
+/// the engine's default.
+#[napi(object)]
+pub struct NativeConnectOptions {
+    /// The token for `tcp:` and `tls:`; default `TINYSTORE_TOKEN`.
+    pub token: Option<String>,
+    /// For `tls:`, the CA's PEM file; default `TINYSTORE_CA`.
+    pub ca_file: Option<String>,
+    /// How long a request may go unanswered; default 10 s.
+    pub request_timeout: Option<JsDuration>,
+}
+
+/// Runs the `tinystore` command with `args` (the first, the program's name)
+/// on this thread until it is done, and returns its exit status.
+#[napi]
+pub fn cli(args: Vec<String>) -> i32 {
+    tinystore::cli::run(args)
+}
 
 /// A store, owned by this process or connected to another's.
 #[napi]
@@ -40,11 +59,23 @@ impl NativeStore {
     }
 
     /// Connects to the store served at `address`: `unix:PATH`,
-    /// `tcp:HOST:PORT` (the token in `TINYSTORE_TOKEN`) or `tls:HOST:PORT`
-    /// (the token, and the CA's PEM file in `TINYSTORE_CA`).
+    /// `tcp:HOST:PORT` (the token, else `TINYSTORE_TOKEN`) or `tls:HOST:PORT`
+    /// (the token, and the CA's PEM file, else `TINYSTORE_CA`).
     #[napi(factory)]
-    pub async fn connect(address: String) -> napi::Result<NativeStore> {
-        let store = blocking(move || Store::connect(&address)).await?;
+    pub async fn connect(address: String, options: Option<NativeConnectOptions>) -> napi::Result<NativeStore> {
+        let mut opts = ConnectOptions::new();
+        if let Some(o) = options {
+            if let Some(t) = o.token {
+                opts = opts.token(t);
+            }
+            if let Some(f) = o.ca_file {
+                opts = opts.ca_file(f);
+            }
+            if let Some(t) = convert::opt_duration("requestTimeout", o.request_timeout)? {
+                opts = opts.request_timeout(t);
+            }
+        }
+        let store = blocking(move || Store::connect_with(&address, opts)).await?;
         Ok(NativeStore { uv: UvReader::new(&store), store })
     }
 

@@ -35,6 +35,7 @@
 #![warn(missing_docs)]
 
 pub mod channels;
+pub mod cli;
 mod error;
 mod fence;
 mod key;

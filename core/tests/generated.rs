@@ -137,7 +137,7 @@ fn go_codes_are_fresh() {
 
     // The public names, for errors.Is.
     let mut s = banner("//");
-    s.push_str("\npackage tinystore\n\nimport \"tinystore/internal/native\"\n\n");
+    s.push_str("\npackage tinystore\n\nimport \"tinystore.dev/tinystore/internal/native\"\n\n");
     s.push_str("// The errors of the engine, one per code, for errors.Is.\nvar (\n");
     for (i, k) in ErrorKind::ALL.into_iter().enumerate() {
         if i > 0 {

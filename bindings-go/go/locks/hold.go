@@ -3,7 +3,7 @@ package locks
 import (
 	"context"
 
-	"tinystore/internal/native"
+	"tinystore.dev/tinystore/internal/native"
 )
 
 type holderKey struct{}

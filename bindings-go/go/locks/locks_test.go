@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"tinystore"
-	"tinystore/internal/testkit"
-	"tinystore/locks"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/internal/testkit"
+	"tinystore.dev/tinystore/locks"
 )
 
 var bg = context.Background()

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"tinystore"
-	"tinystore/internal/testkit"
-	"tinystore/locks"
-	"tinystore/sqldb"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/internal/testkit"
+	"tinystore.dev/tinystore/locks"
+	"tinystore.dev/tinystore/sqldb"
 )
 
 var bg = context.Background()

@@ -212,21 +212,43 @@ def open(dir: Union[str, "os.PathLike[str]"]) -> Opening:
     return Opening(lambda: _native.open(path))
 
 
-def connect(address: str) -> Opening:
+def connect(
+    address: str,
+    *,
+    token: Optional[str] = None,
+    ca_file: Union[str, "os.PathLike[str]", None] = None,
+    request_timeout: Optional[Duration] = None,
+) -> Opening:
     """Connects to a store another process serves at ``address``; the same
     API as an owned store, reconnecting by itself when the connection drops.
 
     - ``"unix:PATH"``: a Unix socket (an owner serves ``unix:<dir>/tinystore.sock``).
-    - ``"tcp:HOST:PORT"``: TCP, with the token in the environment variable
-      ``TINYSTORE_TOKEN`` (made with ``tinystore token new <dir>``).
-    - ``"tls:HOST:PORT"``: TCP inside TLS, with the token in ``TINYSTORE_TOKEN``
-      and, in ``TINYSTORE_CA``, the PEM file of the certificate (or its CA)
-      the store serves, checked for HOST (see docs/wire.md, "TLS").
+    - ``"tcp:HOST:PORT"``: TCP, with a token (made with ``tinystore token new <dir>``).
+    - ``"tls:HOST:PORT"``: TCP inside TLS, with a token and the PEM file of
+      the certificate (or its CA) the store serves, checked for HOST (see
+      docs/wire.md, "TLS").
 
-    Raises ``InvalidError`` for an address out of rule or ``tls:`` without
-    ``TINYSTORE_CA``, ``IoError`` when nobody listens there or the CA file is
-    unreadable, ``AuthError`` for a wrong or missing token or a certificate
-    the CA does not vouch for, ``ProtocolError`` when only one side speaks
-    TLS. Runs off the event loop.
+    Keyword arguments, each defaulting to the environment so that a
+    deployment can set them without code:
+
+    - ``token``: a line of the owner's ``<dir>/tokens``, for ``tcp:`` and
+      ``tls:``; default the environment variable ``TINYSTORE_TOKEN``. Two
+      stores with two tokens can be connected from one process.
+    - ``ca_file``: for ``tls:``, the PEM file of the CA certificate(s) to
+      trust (only these: no public roots); default ``TINYSTORE_CA``.
+    - ``request_timeout``: how long a request may go unanswered (beyond a
+      hold's ``wait``) before it raises ``TimeoutError``: ``"5s"``, seconds,
+      or a ``timedelta``; default 10 seconds.
+
+    Raises ``InvalidError`` for an address or duration out of rule or ``tls:``
+    without a CA file, ``IoError`` when nobody listens there or the CA file
+    is unreadable, ``AuthError`` for a wrong or missing token or a
+    certificate the CA does not vouch for, ``ProtocolError`` when only one
+    side speaks TLS. Runs off the event loop.
+
+    ::
+
+        store = await tinystore.connect("tls:db.example.com:7443", token=token, ca_file="ca.pem")
     """
-    return Opening(lambda: _native.connect(address))
+    ca = None if ca_file is None else os.fspath(ca_file)
+    return Opening(lambda: _native.connect(address, token, ca, request_timeout))

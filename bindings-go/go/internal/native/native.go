@@ -1,7 +1,10 @@
 // Package native is the only package of this module that speaks cgo: it
 // turns each call of the public packages into one call of the C ABI in
 // include/tinystore.h (the Rust crate bindings-go, linked as a static
-// library) and back. It holds no engine logic.
+// library) and back. Where the header and the library are is said by one
+// library_*.go file: in a checkout, the repository's include/ and target/;
+// in the module as packaged (make dist), its own include/ and lib/. It
+// holds no engine logic.
 //
 // Rules it keeps: no Go pointer is kept by C after a call returns, and C
 // never calls into Go: what happens later (a subscription has something to
@@ -10,7 +13,6 @@
 package native
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../../../include
 #include <stdlib.h>
 #include "tinystore.h"
 */
@@ -102,3 +104,15 @@ var libraryStamp string
 
 // LibraryStamp is the stamp of the linked library ("" when not set).
 func LibraryStamp() string { return libraryStamp }
+
+// CLI runs the tinystore command with args (the program's name first) in
+// this process and returns its exit status.
+func CLI(args []string) int {
+	var buf []byte
+	for _, a := range args {
+		buf = append(buf, a...)
+		buf = append(buf, 0)
+	}
+	p, n := bptr(buf)
+	return int(C.ts_cli(p, n))
+}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"tinystore"
+	"tinystore.dev/tinystore"
 )
 
 // helperEnv names the helper a test binary runs as, instead of its tests.
