@@ -28,7 +28,7 @@ use crate::api::store::Store;
 /// The default busy timeout: how long a writer waits for another one.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A statement and its parameters; made by [`sql!`](crate::api::sql!) or from a `&str`.
+/// A statement and its parameters; made by [`sql!`](crate::sql!) or from a `&str`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Statement {
     /// The SQL text, with `?` for each parameter.
