@@ -34,31 +34,49 @@
 
 #![warn(missing_docs)]
 
-pub mod channels;
-pub mod cli;
-mod error;
-mod fence;
-mod key;
-pub mod limits;
-pub mod locks;
+// The layers, each importing only the ones above it in this list:
+// base < runtime < engine < net < api (docs/architecture.md). The public
+// paths of the crate are re-exported here, as they were before the layers.
+mod base;
 pub mod runtime;
-pub mod spin;
-pub mod sql;
-pub mod status;
-mod store;
-mod client;
-pub use client::LoopReader;
-mod server;
-mod tls;
-pub mod wire;
+mod engine;
+mod net;
+mod api;
+
+pub mod cli;
+
+/// Channels: messages to whoever listens now, in branches.
+pub mod channels {
+    pub use crate::api::channels::{Branch, Channel, ChannelBuilder, Delivery, Message, Messages, Subscriber, Subscription};
+    pub use crate::api::subscription::RawSubscription;
+    pub use crate::engine::channels::{BranchStatus, Event, Missed, MissedReason, Msg, Resume, Scope};
+}
+
+/// Locks and semaphores: one holder of a key at a time (or `limit` permits).
+pub mod locks {
+    pub use crate::api::locks::{
+        HeldLease, Lease, LeaseState, Lock, LockBuilder, LockHandle, LockOptions, Permit, Semaphore, SemaphoreBuilder, end_of_hold,
+    };
+    pub use crate::api::lease::RawLease;
+    pub use crate::engine::locks::{Holder, HolderStatus, Kind, KeyStatus, Terms};
+}
+
+pub use api::sql;
+pub use api::status;
+pub use base::limits;
+pub use net::client::LoopReader;
+pub use net::spin;
+pub use net::wire;
 
 pub use channels::{Branch, Channel, Delivery, Message, Messages, Missed, MissedReason, Subscriber, Subscription};
-pub use error::{Error, ErrorKind, Result};
-pub use fence::Fence;
-pub use key::Key;
+pub use base::error::{Error, ErrorKind, Result};
+pub use base::fence::Fence;
+pub use base::key::Key;
 pub use locks::{Lease, Lock, Permit, Semaphore};
 pub use sql::{Database, Done, Tx, WriterTurn};
-pub use store::{ConnectOptions, OpenOptions, Publish, RawLock, Store, StoreStatus, unix_millis};
+pub use api::locks::RawLock;
+pub use api::store::{ConnectOptions, OpenOptions, Publish, Store, unix_millis};
+pub use engine::StoreStatus;
 
 /// The version of this crate.
 pub fn version() -> &'static str {

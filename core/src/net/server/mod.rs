@@ -1,11 +1,11 @@
 //! The server: the owning process serves its store to other processes.
 //!
 //! Each connection has one reader (requests, handled in order, so pipelined
-//! publishes keep their order, P2) and one writer fed by a queue whose
+//! publishes keep their order, CHAN-01) and one writer fed by a queue whose
 //! pending bytes stay within 8 MiB: a subscription forwards its next message
 //! only while there is room, so a slow reader stays behind in its branch's
 //! log (and later learns its exact missed count) instead of growing the
-//! server's memory or slowing a publisher (CHAN-02, C5). Leases over a
+//! server's memory or slowing a publisher (CHAN-02). Leases over a
 //! connection live their ttl from their last renewal and outlive the
 //! connection until then, so a client that reconnects in time keeps them.
 
@@ -18,14 +18,18 @@ use parking_lot::Mutex;
 use tokio::io::AsyncRead;
 use tokio::sync::Notify;
 
-use crate::channels::{Event, Missed, MissedReason, RawSubscription, Resume, Scope};
-use crate::error::{Error, ErrorKind, Result};
-use crate::key::Key;
-use crate::limits::{CONNECTION_PENDING_BYTES, check_name, check_positive, check_ttl};
-use crate::locks::{Holder, Kind, OnGrant, Queued, RawLease, Table, Terms};
+use crate::engine::Engine;
+use crate::engine::channels::{Event, LocalSubscription};
+use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::key::Key;
+use crate::base::limits::CONNECTION_PENDING_BYTES;
+use crate::engine::locks::{LocalLease, Table};
 use crate::runtime;
-use crate::store::WeakStore;
-use crate::wire::{self, AcquireOk, Address, FrameReader, HelloOk, Reply, Request, Sink, SubscribeOk, WireError, WriteHalf, need};
+use crate::net::socket::{self, Sink, WriteHalf};
+use crate::net::wire::{self, AcquireOk, Address, FrameReader, Reply, Request, WireError};
+
+mod requests;
+use self::requests::ServedConnection;
 
 /// What a token allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -50,14 +54,16 @@ impl Role {
 }
 
 struct ServerLease {
-    raw: RawLease,
+    raw: LocalLease,
     session: String,
     hold: u64,
     out: Weak<Outbox>,
 }
 
 pub(crate) struct Server {
-    store: WeakStore,
+    /// Weak: a server does not keep its store open.
+    engine: Weak<Engine>,
+    dir: std::path::PathBuf,
     leases: Mutex<HashMap<u64, ServerLease>>,
     holds: Mutex<HashMap<(String, u64), u64>>,
     conns: Mutex<HashMap<u64, ConnInfo>>,
@@ -87,7 +93,7 @@ struct Outbox {
     /// Holds waiting in line, by hold id.
     waits: Mutex<HashMap<u64, InLine>>,
     /// How many: while any, the client waits for a grant and the
-    /// connection's reader does not spin ([`crate::spin`]).
+    /// connection's reader does not spin ([`crate::net::spin`]).
     waiting: Arc<AtomicUsize>,
 }
 
@@ -136,20 +142,20 @@ impl Outbox {
 
 /// A socket listener: Unix or TCP (TLS is TCP with a handshake after).
 trait Listener: Send + Sync + 'static {
-    type Conn: Send + 'static;
-    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<Self::Conn>> + Send;
+    type Accepted: Send + 'static;
+    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<Self::Accepted>> + Send;
 }
 
 impl Listener for tokio::net::UnixListener {
-    type Conn = (tokio::net::UnixStream, tokio::net::unix::SocketAddr);
-    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<Self::Conn>> + Send {
+    type Accepted = (tokio::net::UnixStream, tokio::net::unix::SocketAddr);
+    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<Self::Accepted>> + Send {
         self.accept()
     }
 }
 
 impl Listener for tokio::net::TcpListener {
-    type Conn = (tokio::net::TcpStream, std::net::SocketAddr);
-    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<Self::Conn>> + Send {
+    type Accepted = (tokio::net::TcpStream, std::net::SocketAddr);
+    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<Self::Accepted>> + Send {
         self.accept()
     }
 }
@@ -173,11 +179,12 @@ fn answer_err(out: &Outbox, id: u64, e: &Error) {
 }
 
 impl Server {
-    pub(crate) fn new(store: WeakStore, shutdown: Option<Arc<Notify>>) -> Arc<Server> {
+    pub(crate) fn new(engine: Weak<Engine>, dir: std::path::PathBuf, shutdown: Option<Arc<Notify>>) -> Arc<Server> {
         // Read now: a TINYSTORE_SPIN it cannot use is said when serving starts.
-        crate::spin::window();
+        crate::net::spin::window();
         Arc::new(Server {
-            store,
+            engine,
+            dir,
             leases: Mutex::new(HashMap::new()),
             holds: Mutex::new(HashMap::new()),
             conns: Mutex::new(HashMap::new()),
@@ -209,36 +216,37 @@ impl Server {
                 let name = address.to_string();
                 self.accept_loop(l, move |me, (s, _)| {
                     let waiting = Arc::new(AtomicUsize::new(0));
-                    if let Ok(halves) = wire::split_unix(s, waiting.clone()) {
+                    if let Ok(halves) = socket::split_unix(s, waiting.clone()) {
                         runtime::spawn(me.clone().connection(halves, name.clone(), None, waiting));
                     }
                 });
             }
             Address::Tcp(hp) => {
-                let tokens = Arc::new(Tokens::load(self.store.get()?.dir())?);
+                let tokens = Arc::new(Tokens::load(&self.dir)?);
                 let l = bind_tcp("tcp", hp)?;
                 if !l.local_addr().map(|a| a.ip().is_loopback()).unwrap_or(false) {
                     eprintln!("tinystore: warning: plain TCP on {hp} listens beyond loopback; tokens and messages cross the network unencrypted (serve tls:{hp} instead)");
                 }
                 self.accept_loop(l, move |me, (s, peer)| {
-                    runtime::spawn(me.clone().connection(wire::split_tcp(s), format!("tcp:{peer}"), Some(tokens.clone()), Default::default()));
+                    runtime::spawn(me.clone().connection(socket::split_tcp(s), format!("tcp:{peer}"), Some(tokens.clone()), Default::default()));
                 });
             }
             Address::Tls(hp) => {
-                let dir = self.store.get()?.dir().to_path_buf();
+                let dir = self.dir.clone();
                 let tokens = Arc::new(Tokens::load(&dir)?);
                 let (cert, key) = match tls_files {
                     Some((c, k)) => (c.to_path_buf(), k.to_path_buf()),
-                    None => crate::tls::default_files(&dir),
+                    None => crate::net::tls::default_files(&dir),
                 };
-                let acceptor = tokio_rustls::TlsAcceptor::from(crate::tls::server_config(&cert, &key)?);
+                let acceptor = tokio_rustls::TlsAcceptor::from(crate::net::tls::server_config(&cert, &key)?);
                 let l = bind_tcp("tls", hp)?;
                 self.accept_loop(l, move |me, (s, peer)| {
                     // The handshake runs in the connection's task: a
                     // slow or plain client never holds up the others.
                     let (me2, tokens, acceptor) = (me.clone(), tokens.clone(), acceptor.clone());
                     runtime::spawn(async move {
-                        if let Some(halves) = crate::tls::accept(s, &acceptor).await {
+                        if let Some((rd, wr)) = crate::net::tls::accept(s, &acceptor).await {
+                            let halves = (rd, WriteHalf::Tls(wr));
                             me2.connection(halves, format!("tls:{peer}"), Some(tokens), Default::default()).await;
                         }
                     });
@@ -250,7 +258,7 @@ impl Server {
 
     /// Accepts connections until the server stops; `start` begins each one.
     /// A failed accept (out of file descriptors) is retried after 50 ms.
-    fn accept_loop<L: Listener>(self: &Arc<Self>, l: L, start: impl Fn(&Arc<Server>, L::Conn) + Send + 'static) {
+    fn accept_loop<L: Listener>(self: &Arc<Self>, l: L, start: impl Fn(&Arc<Server>, L::Accepted) + Send + 'static) {
         let me = self.clone();
         runtime::spawn(async move {
             loop {
@@ -263,6 +271,11 @@ impl Server {
                 }
             }
         });
+    }
+
+    /// The engine it serves; `closed` once its store is gone.
+    fn engine(&self) -> Result<Arc<Engine>> {
+        self.engine.upgrade().ok_or_else(Error::closed)
     }
 
     /// Stops listening and tells every client the owner is going away.
@@ -293,7 +306,7 @@ impl Server {
     async fn connection(self: Arc<Self>, (rd, wr): (Box<dyn AsyncRead + Send + Unpin>, WriteHalf), address: String, tokens: Option<Arc<Tokens>>, waiting: Arc<AtomicUsize>) {
         let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false), waits: Mutex::new(HashMap::new()), waiting });
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let mut c = Conn { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), woken: Vec::new() };
+        let mut c = ServedConnection { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), woken: Vec::new() };
         let mut reader = FrameReader::new(rd);
         loop {
             if out.closed.load(Ordering::Acquire) {
@@ -320,9 +333,9 @@ impl Server {
                     let (id, quiet) = (req.id, req.quiet == Some(true));
                     if req.op != "publish" {
                         // The next op may wait: what was published goes out now.
-                        runtime::run_gathered(&mut c.woken);
+                        runtime::run_woken(&mut c.woken);
                     }
-                    if let Err(e) = c.handle(req).await
+                    if let Err(e) = c.handle(req)
                         && !quiet
                     {
                         answer_err(&out, id, &e);
@@ -343,12 +356,12 @@ impl Server {
             if !reader.has_frame() {
                 // Deliveries first: a client that publishes and subscribes on
                 // this connection gets its answers and messages in one read.
-                runtime::run_gathered(&mut c.woken);
+                runtime::run_woken(&mut c.woken);
                 out.sink.uncork();
             }
         }
         out.close();
-        runtime::run_gathered(&mut c.woken);
+        runtime::run_woken(&mut c.woken);
         for (_, f) in c.subs.drain() {
             f.stop();
         }
@@ -359,7 +372,7 @@ impl Server {
         self.conns.lock().remove(&conn_id);
     }
 
-    fn grant(self: &Arc<Self>, raw: RawLease, session: &str, hold: u64, out: &Arc<Outbox>, waited: Duration) -> AcquireOk {
+    fn grant(self: &Arc<Self>, raw: LocalLease, session: &str, hold: u64, out: &Arc<Outbox>, waited: Duration) -> AcquireOk {
         let (id, fence) = (raw.id(), raw.fence());
         let weak = Arc::downgrade(self);
         raw.on_lost(move || {
@@ -384,275 +397,19 @@ impl Server {
     }
 }
 
-struct Conn {
-    server: Arc<Server>,
-    out: Arc<Outbox>,
-    id: u64,
-    address: String,
-    session: Option<String>,
-    role: Option<Role>,
-    tokens: Option<Arc<Tokens>>,
-    subs: HashMap<u64, Arc<Forwarder>>,
-    /// Subscriptions its publishes woke, forwarded before its answers leave.
-    woken: Vec<Arc<dyn runtime::Gathered>>,
-}
-
-impl Conn {
-    fn need_role(&self, role: Role, op: &str) -> Result<()> {
-        match self.role {
-            None => Err(Error::new(ErrorKind::Protocol, "say hello first: the first request of a connection is {\"op\":\"hello\",...}")),
-            Some(r) if r >= role => Ok(()),
-            Some(_) => Err(Error::new(ErrorKind::Auth, format!("this token may not {op}: use a token with the {role:?} role"))),
-        }
-    }
-
-    async fn handle(&mut self, r: Request<'_>) -> Result<()> {
-        let store = self.server.store.get()?;
-        let id = r.id;
-        let op = r.op.as_ref();
-        match op {
-            "hello" => {
-                let v = need(r.version, op, "version")?;
-                if v != wire::PROTOCOL_VERSION {
-                    return Err(Error::new(
-                        ErrorKind::Protocol,
-                        format!("this store speaks protocol version {}, the client {v}: use the same tinystore version on both sides", wire::PROTOCOL_VERSION),
-                    ));
-                }
-                self.role = Some(match &self.tokens {
-                    None => Role::Admin, // the Unix socket is owner-only
-                    Some(t) => t.check(r.token.as_deref())?,
-                });
-                self.session = Some(need(r.session, op, "session")?);
-                let client = r.client.unwrap_or_default();
-                self.server.conns.lock().insert(
-                    self.id,
-                    ConnInfo { id: self.id, client, address: self.address.clone(), since_ms: 0, since: Instant::now(), out: Arc::downgrade(&self.out) },
-                );
-                answer_ok(
-                    &self.out,
-                    id,
-                    &HelloOk { version: wire::PROTOCOL_VERSION, epoch: store.epoch(), dir: store.dir().display().to_string(), pid: std::process::id() },
-                );
-            }
-            "publish" => {
-                self.need_role(Role::Data, "publish")?;
-                let channel = need(r.channel, op, "channel")?;
-                let branch = r.branch.unwrap_or_default();
-                let data = need(r.data, op, "data")?;
-                runtime::gathering(&mut self.woken, || store.publish_now(&channel, &branch, data.get().as_bytes().into()))?;
-                answer_ok(&self.out, id, &());
-            }
-            "subscribe" => {
-                self.need_role(Role::Read, "subscribe")?;
-                let sub_id = need(r.sub, op, "sub")?;
-                let channel = need(r.channel, op, "channel")?;
-                let branch = r.branch.unwrap_or_default();
-                if self.subs.contains_key(&sub_id) {
-                    return Err(Error::invalid(format!("subscription {sub_id} already exists on this connection: pick a new number")));
-                }
-                let scope = if r.recursive.unwrap_or(false) { Scope::Recursive } else { Scope::Branch };
-                let epoch = store.epoch();
-                let resume = r.resume.filter(|x| x.epoch == epoch).map(|x| x.at());
-                let sub = store.subscribe_raw(&channel, &branch, scope, resume).await?;
-                if r.resume.is_some_and(|x| x.epoch != epoch) {
-                    // The store restarted: what was published meanwhile is unknown.
-                    sub.tell_first(Missed { count: None, reason: MissedReason::Reconnect });
-                }
-                let at: Resume = sub.resume_point();
-                answer_ok(&self.out, id, &SubscribeOk { epoch, log: at.log, next: at.next });
-                self.subs.insert(sub_id, Forwarder::start(sub, sub_id, self.out.clone()));
-            }
-            "unsubscribe" => {
-                let sub_id = need(r.sub, op, "sub")?;
-                if let Some(f) = self.subs.remove(&sub_id) {
-                    f.stop();
-                }
-                answer_ok(&self.out, id, &());
-            }
-            "acquire" => {
-                self.need_role(Role::Data, "hold keys")?;
-                let lock = need(r.lock, op, "lock")?;
-                let key: Key = need(r.key, op, "key")?;
-                key.check()?;
-                let hold = need(r.hold, op, "hold")?;
-                let ttl = check_ttl(Duration::from_millis(need(r.ttl_ms, op, "ttl_ms")?))?;
-                let max_hold = r.max_hold_ms.map(|m| check_positive("maxHold", Duration::from_millis(m))).transpose()?;
-                let wait = match r.wait_ms.unwrap_or(0) {
-                    0 => Duration::ZERO,
-                    ms => check_positive("wait", Duration::from_millis(ms))?,
-                };
-                let kind = Kind::from_wire(r.limit);
-                check_name(if kind == Kind::Lock { "lock" } else { "semaphore" }, &lock)?;
-                let table = store.lock_table(&lock, kind)?;
-                let session = self.session.clone().expect("hello was said");
-                // A retried hold gets the lease it already has (LOCK-08).
-                let existing = self.server.holds.lock().get(&(session.clone(), hold)).copied();
-                if let Some(lid) = existing {
-                    let mut leases = self.server.leases.lock();
-                    if let Some(l) = leases.get_mut(&lid) {
-                        l.out = Arc::downgrade(&self.out);
-                        answer_ok(&self.out, id, &AcquireOk { lease: Some(lid), fence: l.raw.fence(), waited_ms: 0 });
-                        return Ok(());
-                    }
-                }
-                let holder = Holder(holder_id(&session, r.holder.unwrap_or(0)));
-                let terms = Terms { ttl: Some(ttl), max_hold };
-                if wait.is_zero() {
-                    let ok = match table.try_acquire(key, holder, terms)? {
-                        Some(raw) => self.server.grant(raw, &session, hold, &self.out, Duration::ZERO),
-                        None => AcquireOk { lease: None, fence: None, waited_ms: 0 },
-                    };
-                    answer_ok(&self.out, id, &ok);
-                    return Ok(());
-                }
-                // Free now: answered at once. Else in line: the grant is
-                // answered from where the key is let go, with no task between.
-                let (server, out, key2, started) = (self.server.clone(), self.out.clone(), key.clone(), Instant::now());
-                let on_grant: OnGrant = Box::new(move |r| {
-                    out.leave_line(hold);
-                    match r {
-                        Ok(raw) => {
-                            // A waiter whose client went silent for its ttl (a
-                            // frozen process) or went away is passed over (L1),
-                            // and told so if it is still there.
-                            if out.closed.load(Ordering::Acquire) || out.last_heard.lock().elapsed() > ttl {
-                                let e = Error::new(
-                                    ErrorKind::Timeout,
-                                    format!(
-                                        "the key's turn came while this process had been silent for longer than its ttl of {} (frozen?), so it went to the next waiter: nothing ran; hold again",
-                                        crate::limits::format_duration(ttl)
-                                    ),
-                                );
-                                answer_err(&out, id, &e);
-                                return Some(raw);
-                            }
-                            let ok = server.grant(raw, &session, hold, &out, started.elapsed());
-                            answer_queued(&out, id, &ok);
-                        }
-                        Err(e) => answer_err(&out, id, &e),
-                    }
-                    None
-                });
-                match table.acquire_or_queue(&key, holder, terms, wait, on_grant)? {
-                    Queued::Now(raw) => {
-                        let session = self.session.clone().expect("hello was said");
-                        let ok = self.server.grant(raw, &session, hold, &self.out, Duration::ZERO);
-                        answer_ok(&self.out, id, &ok);
-                    }
-                    Queued::InLine(waiter) => {
-                        self.out.wait_in_line(hold, (table.clone(), key2.clone(), waiter));
-                        // Served in between: its callback found nothing to remove.
-                        if !table.is_waiting(&key2, waiter) {
-                            self.out.leave_line(hold);
-                        }
-                    }
-                }
-            }
-            "renew" | "release" => {
-                self.need_role(Role::Data, "hold keys")?;
-                let lid = need(r.lease, op, "lease")?;
-                let not_held = || {
-                    Error::lost(format!("lease {lid} is not held: it ran out, was released, or the store restarted; take the key again"))
-                };
-                let mut leases = self.server.leases.lock();
-                let Some(l) = leases.get_mut(&lid) else { return Err(not_held()) };
-                if r.fence.is_some() && r.fence != l.raw.fence() {
-                    return Err(not_held());
-                }
-                if op == "renew" {
-                    l.out = Arc::downgrade(&self.out);
-                    let renewed = l.raw.renew();
-                    drop(leases);
-                    renewed?;
-                } else {
-                    let l = leases.remove(&lid).expect("looked up");
-                    drop(leases);
-                    self.server.holds.lock().remove(&(l.session.clone(), l.hold));
-                    l.raw.release()?;
-                }
-                if r.quiet != Some(true) {
-                    answer_ok(&self.out, id, &());
-                }
-            }
-            "ping" => answer_ok(&self.out, id, &()),
-            "cancel" => {
-                // The client gave up on a hold (a cancelled task): leave the
-                // line, or let go of what was granted meanwhile (LOCK-04).
-                let hold = need(r.hold, op, "hold")?;
-                if let Some((table, key, waiter)) = self.out.leave_line(hold) {
-                    table.leave_queue(&key, waiter);
-                }
-                let session = self.session.clone().unwrap_or_default();
-                let granted = self.server.holds.lock().remove(&(session, hold));
-                if let Some(lid) = granted {
-                    let l = self.server.leases.lock().remove(&lid);
-                    if let Some(l) = l {
-                        let _ = l.raw.release();
-                    }
-                }
-                answer_ok(&self.out, id, &());
-            }
-            "declare" => {
-                // A handle is made: a semaphore's limit is the semaphore's (LOCK-08).
-                self.need_role(Role::Read, "open locks")?;
-                let lock = need(r.lock, op, "lock")?;
-                let kind = Kind::from_wire(r.limit);
-                check_name(if kind == Kind::Lock { "lock" } else { "semaphore" }, &lock)?;
-                store.lock_table(&lock, kind)?;
-                answer_ok(&self.out, id, &());
-            }
-            "status" => {
-                self.need_role(Role::Read, "read status")?;
-                let mut v = serde_json::to_value(store.status()?).unwrap_or_default();
-                v["connections"] = self.server.connections();
-                answer_ok(&self.out, id, &v);
-            }
-            "shutdown" => {
-                self.need_role(Role::Admin, "stop the store")?;
-                let n = self.server.shutdown.lock().clone();
-                match n {
-                    Some(n) => {
-                        answer_ok(&self.out, id, &());
-                        n.notify_one();
-                    }
-                    None => {
-                        return Err(Error::invalid(
-                            "this store is owned by an application process, not `tinystore serve`: stop that process instead",
-                        ));
-                    }
-                }
-            }
-            other => {
-                return Err(Error::invalid(format!(
-                    "unknown op {other:?}: use hello, publish, subscribe, unsubscribe, declare, acquire, cancel, renew, release, ping, status or shutdown"
-                )));
-            }
-        }
-        Ok(())
-    }
-}
-
-fn holder_id(session: &str, holder: u64) -> u64 {
-    use std::hash::{BuildHasher, Hash, Hasher};
-    let mut h = foldhash::quality::FixedState::with_seed(7).build_hasher();
-    session.hash(&mut h);
-    holder.hash(&mut h);
-    h.finish() | 1
-}
 
 /// Forwards a subscription's events to its connection while the connection
 /// has room. A publish over the wire forwards from the publisher's own task
-/// ([`runtime::gathering`]) at the end of what it read together: one socket
+/// ([`runtime::collect_woken`]) at the end of what it read together: one socket
 /// write per subscriber for a batch of publishes, and no wake-up of another
 /// thread, much as Redis writes to its subscribers before it reads again.
 /// Woken from elsewhere (a publish in the owning process, a transaction's
 /// commit), its own task forwards.
 struct Forwarder {
-    sub: Mutex<Option<RawSubscription>>,
+    sub: Mutex<Option<LocalSubscription>>,
     id: u64,
     out: Arc<Outbox>,
-    turn: runtime::Turn,
+    runs: runtime::OneAtATime,
     listed: AtomicBool,
     stopped: AtomicBool,
     kick: Notify,
@@ -669,12 +426,12 @@ enum Drained {
 }
 
 impl Forwarder {
-    fn start(sub: RawSubscription, id: u64, out: Arc<Outbox>) -> Arc<Forwarder> {
+    fn start(sub: LocalSubscription, id: u64, out: Arc<Outbox>) -> Arc<Forwarder> {
         let f = Arc::new(Forwarder {
             sub: Mutex::new(Some(sub)),
             id,
             out,
-            turn: runtime::Turn::new(),
+            runs: runtime::OneAtATime::new(),
             listed: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             kick: Notify::new(),
@@ -695,7 +452,7 @@ impl Forwarder {
 
     /// Forwards what is ready, from this thread.
     fn pump(self: &Arc<Self>) {
-        self.turn.run(|| match self.drain() {
+        self.runs.run(|| match self.drain() {
             Drained::Waiting => {}
             Drained::NoRoom => self.kick.notify_one(),
             Drained::Ended => {
@@ -752,18 +509,18 @@ impl Forwarder {
     }
 }
 
-impl runtime::Gathered for Forwarder {
+impl runtime::RunOnWaker for Forwarder {
     fn listed(&self) -> &AtomicBool {
         &self.listed
     }
-    fn run_gathered(self: Arc<Self>) {
+    fn run_on_waker(self: Arc<Self>) {
         self.pump();
     }
 }
 
 impl std::task::Wake for Forwarder {
     fn wake(self: Arc<Self>) {
-        if runtime::gather(self.clone()).is_some() {
+        if runtime::defer_to_waker(self.clone()).is_some() {
             self.kick.notify_one();
         }
     }

@@ -10,7 +10,6 @@
 
 pub(crate) mod log;
 mod subscription;
-mod typed;
 
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::Arc;
@@ -21,11 +20,11 @@ use parking_lot::{Mutex, RwLock};
 
 pub use self::log::Msg;
 use self::log::{Budget, Log};
-pub use self::subscription::{Event, Missed, MissedReason, RawSubscription};
-pub use self::typed::{Branch, Channel, ChannelBuilder, Delivery, Message, Messages, Subscriber, Subscription};
-use crate::error::{Error, Result};
-use crate::key::Key;
-use crate::limits::{MAX_MESSAGE_BYTES, MAX_SUBSCRIPTIONS, STORE_CHANNEL_BYTES};
+pub use self::subscription::{Event, Missed, MissedReason};
+pub(crate) use self::subscription::LocalSubscription;
+use crate::base::error::{Error, Result};
+use crate::base::key::Key;
+use crate::base::limits::{MAX_MESSAGE_BYTES, MAX_SUBSCRIPTIONS, STORE_CHANNEL_BYTES};
 
 /// How long a branch with no subscriber keeps its sequence numbers, so a
 /// subscriber that comes back (a reconnect) learns what it missed.
@@ -180,7 +179,7 @@ impl Channels {
         branch: &[Key],
         scope: Scope,
         resume: Option<Resume>,
-    ) -> Result<(RawSubscription, Option<Missed>)> {
+    ) -> Result<(LocalSubscription, Option<Missed>)> {
         let n = self.subscriptions.fetch_add(1, Ordering::AcqRel);
         if n >= MAX_SUBSCRIPTIONS {
             self.subscriptions.fetch_sub(1, Ordering::AcqRel);
@@ -218,11 +217,11 @@ impl Channels {
             Some(r) if r.log != log_id => Some(Missed { count: None, reason: MissedReason::Reconnect }),
             _ => None,
         };
-        let sub = RawSubscription::new(self.clone(), channel.into(), node.clone(), log, log_id, scope, cursor, resume.is_some());
-        if let Some(p) = sub.probe() {
+        let sub = LocalSubscription::new(self.clone(), channel.into(), node.clone(), log, log_id, scope, cursor, resume.is_some());
+        {
             let mut readers = node.readers.lock();
             readers.retain(|w| w.strong_count() > 0);
-            readers.push(p);
+            readers.push(sub.probe());
         }
         Ok((sub, told))
     }

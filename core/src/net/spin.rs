@@ -1,14 +1,11 @@
 //! Spinning: a connection in a conversation polls its socket for a short
 //! window before its thread sleeps.
 //!
-//! On a virtual machine like the ones this is measured on, putting a thread
-//! to sleep and waking it costs more than the round trip's own work: about
-//! 20 to 30 µs of CPU on each side (`perf`: the waker's wake-up call in
-//! `sendto`, the sleeper's switch back in), which a Redis server and its
-//! clients pay too. In a conversation (request, answer, next request) the
-//! next frame usually comes within tens of microseconds, so looking for it
-//! again costs less than sleeping and being woken, and the peer's send has
-//! no sleeper to wake.
+//! Putting a thread to sleep and waking it costs more than a round trip's
+//! own work (the figures are in docs/performance.md, "Spinning"). In a
+//! conversation (request, answer, next request) the next frame usually
+//! comes within tens of microseconds, so looking for it again costs less
+//! than sleeping and being woken, and the peer's send has no sleeper to wake.
 //!
 //! Bounded so that it costs nothing when there is no conversation:
 //! - the owner spins on a connection after reading from it, while its last

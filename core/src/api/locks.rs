@@ -4,13 +4,17 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::{Holder, Kind, RawLease, Terms};
-use crate::error::{Error, Result};
-use crate::fence::Fence;
-use crate::key::Key;
-use crate::limits::{DEFAULT_TTL, DEFAULT_WAIT, check_name, check_positive, check_ttl};
+use std::sync::Arc;
+
+use crate::api::backend::LockBackend;
+use crate::api::lease::RawLease;
+use crate::engine::locks::{Holder, Kind, Terms};
+use crate::base::error::{Error, Result};
+use crate::base::fence::Fence;
+use crate::base::key::Key;
+use crate::base::limits::{DEFAULT_TTL, DEFAULT_WAIT, check_name, check_positive, check_ttl};
 use crate::runtime;
-use crate::store::{RawLock, Store};
+use crate::api::store::Store;
 
 static NEXT_HOLDER: AtomicU64 = AtomicU64::new(1);
 
@@ -255,7 +259,7 @@ impl SemaphoreBuilder {
     }
     /// How many permits of a key at once: 1 or more; default 1. It belongs to
     /// the semaphore: opening the name again with another limit is a
-    /// `conflict` error (LOCK-08, P3).
+    /// `conflict` error (LOCK-08).
     pub fn limit(mut self, limit: u32) -> Self {
         self.limit = limit;
         self
@@ -569,5 +573,49 @@ impl LockHandle {
     /// loop's): for bindings whose open waits for the owner's answer.
     pub fn get_blocking(&self) -> Result<&RawLock> {
         runtime::block_on(self.get())
+    }
+}
+
+/// A lock or semaphore of a store, as the bindings reach it.
+#[derive(Clone)]
+pub struct RawLock {
+    inner: Arc<dyn LockBackend>,
+    _store: Store,
+}
+
+impl RawLock {
+    pub(crate) fn new(inner: Arc<dyn LockBackend>, store: Store) -> RawLock {
+        RawLock { inner, _store: store }
+    }
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+    /// Lock or semaphore, and its limit.
+    pub fn kind(&self) -> Kind {
+        self.inner.kind()
+    }
+    /// Takes `key`, waiting up to `wait` in line (LOCK-03). In the owning
+    /// process `terms.ttl` does not apply: a lease ends with its holder's
+    /// function, or at `terms.max_hold` (LOCK-07, LOCK-06). Over a
+    /// connection the lease lasts its ttl from its last renewal, renewed by
+    /// the engine every third of it (LOCK-05).
+    pub async fn acquire(&self, key: Key, holder: Holder, terms: Terms, wait: Duration) -> Result<RawLease> {
+        key.check()?;
+        self.inner.acquire(key, holder, terms, wait).await
+    }
+    /// Takes `key` at once if it is free and nobody waits for it; `None` when
+    /// the caller must wait in line through [`acquire`](Self::acquire). A
+    /// fast path that never waits and never yields (over a connection it
+    /// always says `None`). Errors: `conflict` when `holder` already holds or
+    /// waits for the key, `invalid`, `closed`.
+    pub fn acquire_now(&self, key: &Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
+        key.check()?;
+        self.inner.acquire_now(key, holder, terms)
+    }
+    /// Takes `key` if it is free now; `None` otherwise. Never waits.
+    pub async fn try_acquire(&self, key: Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
+        key.check()?;
+        self.inner.try_acquire(key, holder, terms).await
     }
 }

@@ -18,15 +18,14 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio::sync::Notify;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::base::error::{Error, ErrorKind, Result};
 use crate::runtime;
-use crate::wire::WriteHalf;
 
 /// How long a TLS handshake may take, either side.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 
 /// Bytes a connection's writer task may have waiting: past this its half
-/// reports `WouldBlock`, so the [`Sink`](crate::wire::Sink) queues and
+/// reports `WouldBlock`, so the [`Sink`](crate::net::socket::Sink) queues and
 /// counts them (its pending bound holds over TLS too).
 const WRITER_QUEUE: usize = 256 * 1024;
 
@@ -127,7 +126,7 @@ impl ClientTls {
 /// Errors: `io` when nobody listens (retried), `auth` when the certificate
 /// is not vouched for by the CA or not for HOST, `protocol` when the other
 /// side does not speak TLS.
-pub(crate) async fn dial(hp: &str, tls: &ClientTls) -> Result<(Box<dyn AsyncRead + Send + Unpin>, WriteHalf)> {
+pub(crate) async fn dial(hp: &str, tls: &ClientTls) -> Result<(Box<dyn AsyncRead + Send + Unpin>, TlsHalf)> {
     let host = hp.rsplit_once(':').map_or(hp, |(h, _)| h);
     let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
     let name = ServerName::try_from(host.to_owned())
@@ -171,7 +170,7 @@ fn handshake_error(hp: &str, ca: &Path, e: io::Error) -> Error {
 pub(crate) async fn accept(
     mut s: tokio::net::TcpStream,
     acceptor: &tokio_rustls::TlsAcceptor,
-) -> Option<(Box<dyn AsyncRead + Send + Unpin>, WriteHalf)> {
+) -> Option<(Box<dyn AsyncRead + Send + Unpin>, TlsHalf)> {
     s.set_nodelay(true).ok();
     let mut first = [0u8; 1];
     match tokio::time::timeout(HANDSHAKE, s.peek(&mut first)).await {
@@ -195,7 +194,7 @@ async fn refuse_plain(s: &mut tokio::net::TcpStream) {
         ErrorKind::Protocol,
         "this address speaks TLS: connect with tls:HOST:PORT (not tcp:) and set TINYSTORE_CA to the CA file that signed the store's certificate",
     );
-    let frame = crate::wire::frame(&crate::wire::Reply { id: Some(0), err: Some((&e).into()), ..Default::default() });
+    let frame = crate::net::wire::frame(&crate::net::wire::Reply { id: Some(0), err: Some((&e).into()), ..Default::default() });
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
         s.write_all(&frame).await?;
         s.shutdown().await?;
@@ -214,10 +213,10 @@ async fn refuse_plain(s: &mut tokio::net::TcpStream) {
     .await;
 }
 
-/// Splits a TLS stream into a frame reader's half and a [`Sink`](crate::wire::Sink)'s.
-fn split(s: tokio_rustls::TlsStream<tokio::net::TcpStream>) -> (Box<dyn AsyncRead + Send + Unpin>, WriteHalf) {
+/// Splits a TLS stream into a frame reader's half and a [`Sink`](crate::net::socket::Sink)'s.
+fn split(s: tokio_rustls::TlsStream<tokio::net::TcpStream>) -> (Box<dyn AsyncRead + Send + Unpin>, TlsHalf) {
     let (r, w) = tokio::io::split(s);
-    (Box::new(r), WriteHalf::Tls(TlsHalf::start(w)))
+    (Box::new(r), TlsHalf::start(w))
 }
 
 /// The write side of a TLS connection: bytes are queued (up to

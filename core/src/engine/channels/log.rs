@@ -8,8 +8,8 @@ use std::task::Waker;
 
 use parking_lot::Mutex;
 
-use crate::key::Key;
-use crate::limits::{BRANCH_LOG_BYTES, BRANCH_LOG_MESSAGES};
+use crate::base::key::Key;
+use crate::base::limits::{BRANCH_LOG_BYTES, BRANCH_LOG_MESSAGES};
 
 /// One published message as the engine keeps it: shared by every log and
 /// subscription that holds it, never copied.

@@ -1,24 +1,27 @@
 //! The store: a directory, its epoch, and the engine that serves it.
 
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use parking_lot::Mutex;
-
-use crate::channels::{BranchStatus, ChannelBuilder, Channels, RawSubscription, Resume, Scope};
-use crate::client::Client;
-use crate::server::Server;
-use crate::wire::Address;
-use crate::error::{Error, ErrorKind, Result};
-use crate::key::Key;
-use crate::limits::check_name;
-use crate::locks::{Holder, Kind, KeyStatus, LockBuilder, Locks, RawLease, SemaphoreBuilder, Table, Terms};
+use crate::api::backend::Backend;
+use crate::api::backend::connected::Connected;
+use crate::api::backend::owned::Owned;
+use crate::api::channels::ChannelBuilder;
+use crate::api::locks::{LockBuilder, RawLock, SemaphoreBuilder};
+use crate::api::sql::DatabaseBuilder;
+use crate::api::subscription::RawSubscription;
+use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::key::Key;
+use crate::base::limits::check_name;
+use crate::engine::channels::{Resume, Scope};
+use crate::engine::locks::Kind;
+use crate::engine::{Engine, StoreStatus};
+use crate::net::client::{Client, TakenOver, Takeover};
+use crate::net::files::{SOCKET_PATH_MAX, absolute, next_epoch, socket_path, take_dir_lock};
+use crate::net::wire::Address;
 use crate::runtime;
-use crate::sql::DatabaseBuilder;
 
 /// How to open a store.
 #[derive(Debug, Clone, Default)]
@@ -38,7 +41,7 @@ impl OpenOptions {
         self.exclusive = true;
         self
     }
-    /// Uses `ms` as the wall clock for the epoch (tests of LOCK-02 and L8).
+    /// Uses `ms` as the wall clock for the epoch (tests of LOCK-02: fences grow even when the clock goes back).
     #[doc(hidden)]
     pub fn clock_ms(mut self, ms: u64) -> OpenOptions {
         self.clock_ms = Some(ms);
@@ -76,7 +79,7 @@ impl ConnectOptions {
     }
     /// How long a request may go unanswered (beyond a hold's `wait`)
     /// before it fails with `timeout`. Default
-    /// [`REQUEST_TIMEOUT`](crate::limits::REQUEST_TIMEOUT), 10 s; checked
+    /// [`REQUEST_TIMEOUT`](crate::base::limits::REQUEST_TIMEOUT), 10 s; checked
     /// every 250 ms.
     pub fn request_timeout(mut self, t: Duration) -> ConnectOptions {
         self.request_timeout = Some(t);
@@ -104,43 +107,8 @@ struct Inner {
     closed: AtomicBool,
     /// Set by [`Store::close_settled`] while it waits: no new call starts.
     closing: AtomicBool,
-    backend: Backend,
-}
-
-enum Backend {
-    Owned(Owned),
-    Connected(Arc<Client>),
-}
-
-struct Owned {
-    epoch: u64,
-    opened: Instant,
-    channels: Arc<Channels>,
-    locks: Locks,
-    dir_lock: Mutex<Option<File>>,
-    sweeper: Mutex<Option<tokio::task::AbortHandle>>,
-    servers: Mutex<Vec<Arc<Server>>>,
-}
-
-/// What [`Store::status`] reports.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct StoreStatus {
-    /// The store directory.
-    pub dir: PathBuf,
-    /// The owner's process id.
-    pub pid: u32,
-    /// The owner's epoch.
-    pub epoch: u64,
-    /// Milliseconds since the owner opened the store.
-    pub uptime_ms: u64,
-    /// Subscriptions now (at most 10,000).
-    pub subscriptions: usize,
-    /// Bytes all channels keep (at most 64 MiB).
-    pub channel_bytes: usize,
-    /// Every branch the store knows.
-    pub branches: Vec<BranchStatus>,
-    /// Every key held or waited for.
-    pub locks: Vec<KeyStatus>,
+    /// Chosen once, at open or connect: every call below goes through it.
+    backend: Box<dyn Backend>,
 }
 
 impl Store {
@@ -162,7 +130,7 @@ impl Store {
             match Store::open_owned(dir, &opts) {
                 Err(e) if e.kind() == ErrorKind::Owned && !opts.exclusive => {
                     let sock = socket_path(&absolute(dir)?);
-                    match Client::connect(Address::Unix(sock), None, None, Some(dir.to_path_buf()), Duration::from_millis(100)) {
+                    match Client::connect(Address::Unix(sock), None, None, Some(takeover(dir)), Duration::from_millis(100)) {
                         Ok(client) => return Ok(Store::connected(client)),
                         // The owner is starting, or just went away: try both again.
                         Err(c) if Instant::now() >= deadline => {
@@ -174,11 +142,6 @@ impl Store {
                 r => return r,
             }
         }
-    }
-
-    /// Owns `dir` and serves it (a takeover after the owner went away).
-    pub(crate) fn open_owner(dir: &Path) -> Result<Store> {
-        Store::open_owned(dir, &OpenOptions::default())
     }
 
     fn open_owned(dir: &Path, opts: &OpenOptions) -> Result<Store> {
@@ -196,27 +159,9 @@ impl Store {
         let dir = absolute(dir)?;
         let lock = take_dir_lock(&dir)?;
         let epoch = next_epoch(&dir, opts.clock_ms)?;
-        let owned = Owned {
-            epoch,
-            opened: Instant::now(),
-            channels: Arc::new(Channels::new()),
-            locks: Locks::new(epoch),
-            dir_lock: Mutex::new(Some(lock)),
-            sweeper: Mutex::new(None),
-            servers: Mutex::new(Vec::new()),
-        };
-        let weak = Arc::downgrade(&owned.channels);
-        let sweeper = runtime::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(30));
-            loop {
-                tick.tick().await;
-                let Some(ch) = weak.upgrade() else { return };
-                ch.sweep(Instant::now());
-            }
-        });
-        *owned.sweeper.lock() = Some(sweeper.abort_handle());
+        let backend = Owned::new(Engine::start(epoch), &dir, lock);
         let store = Store { inner: Arc::new(Inner { dir: dir.clone(), closed: AtomicBool::new(false),
-            closing: AtomicBool::new(false), backend: Backend::Owned(owned) }) };
+            closing: AtomicBool::new(false), backend: Box::new(backend) }) };
         store.serve_with(&Address::Unix(socket_path(&dir)), None)?;
         Ok(store)
     }
@@ -224,7 +169,7 @@ impl Store {
     fn connected(client: Arc<Client>) -> Store {
         let dir = client.hello().map(|h| PathBuf::from(h.dir)).unwrap_or_default();
         Store { inner: Arc::new(Inner { dir, closed: AtomicBool::new(false),
-            closing: AtomicBool::new(false), backend: Backend::Connected(client) }) }
+            closing: AtomicBool::new(false), backend: Box::new(Connected::new(client)) }) }
     }
 
     /// Connects to a store owned by another process, at `address`:
@@ -249,7 +194,7 @@ impl Store {
         let tls = match &addr {
             Address::Tls(_) => {
                 let ca = opts.ca_file.or_else(|| std::env::var_os("TINYSTORE_CA").filter(|v| !v.is_empty()).map(PathBuf::from));
-                Some(crate::tls::ClientTls::load(address, ca)?)
+                Some(crate::net::tls::ClientTls::load(address, ca)?)
             }
             _ => None,
         };
@@ -295,44 +240,26 @@ impl Store {
     }
 
     fn listen_on(&self, address: &Address, tls_files: Option<(&Path, &Path)>, shutdown: Option<Arc<tokio::sync::Notify>>) -> Result<()> {
-        let Backend::Owned(o) = &self.inner.backend else {
-            return Err(Error::invalid("only the process that owns the store serves it; this one is connected"));
-        };
-        let server = Server::new(self.clone_weakly(), shutdown);
-        server.listen(address, tls_files)?;
-        o.servers.lock().push(server);
-        Ok(())
+        self.inner.backend.serve(address, tls_files, shutdown)
     }
 
     /// Lets clients stop this owner (`tinystore stop`): `n` is notified then.
     #[doc(hidden)]
     pub fn on_shutdown(&self, n: Arc<tokio::sync::Notify>) {
-        if let Backend::Owned(o) = &self.inner.backend {
-            for s in o.servers.lock().iter() {
-                *s.shutdown.lock() = Some(n.clone());
-            }
-        }
-    }
-
-    /// A handle that does not keep the store open (servers hold one).
-    fn clone_weakly(&self) -> WeakStore {
-        WeakStore(Arc::downgrade(&self.inner))
+        self.inner.backend.on_shutdown(n)
     }
 
     /// True when this process owns the store (it did not connect to another).
     pub fn is_owner(&self) -> bool {
-        matches!(self.inner.backend, Backend::Owned(_))
+        self.inner.backend.is_owner()
     }
 
     /// Over a Unix socket, the current connection's socket for a language's
     /// event loop to read ([`LoopReader`](crate::LoopReader));
     /// `None` in the owning process, over TCP or TLS, and while
     /// disconnected.
-    pub fn loop_reader(&self) -> Option<crate::client::LoopReader> {
-        match &self.inner.backend {
-            Backend::Owned(_) => None,
-            Backend::Connected(c) => crate::client::LoopReader::of(c),
-        }
+    pub fn loop_reader(&self) -> Option<crate::net::client::LoopReader> {
+        self.inner.backend.loop_reader()
     }
 
     /// The store directory.
@@ -343,10 +270,7 @@ impl Store {
     /// This open's epoch: milliseconds since 1970 at open, or the previous
     /// epoch plus one if that is larger. The high 64 bits of every fence.
     pub fn epoch(&self) -> u64 {
-        match &self.inner.backend {
-            Backend::Owned(o) => o.epoch,
-            Backend::Connected(c) => c.epoch(),
-        }
+        self.inner.backend.epoch()
     }
 
     /// True once closed.
@@ -371,9 +295,7 @@ impl Store {
     /// end fails with `closed` saying it may have been delivered.
     pub async fn close_settled(&self) {
         self.inner.closing.store(true, Ordering::Release);
-        if let Backend::Connected(c) = &self.inner.backend {
-            c.settle_publishes(Duration::from_secs(2)).await;
-        }
+        self.inner.backend.settle(Duration::from_secs(2)).await;
         self.close();
     }
 
@@ -409,36 +331,14 @@ impl Store {
     /// [`status`](Store::status) as JSON, with the owner's connections.
     /// Errors: `closed` once this handle was closed.
     pub fn status_json(&self) -> Result<serde_json::Value> {
-        match &self.inner.backend {
-            Backend::Owned(o) => {
-                self.check_open()?;
-                let st = StoreStatus {
-                    dir: self.inner.dir.clone(),
-                    pid: std::process::id(),
-                    epoch: o.epoch,
-                    uptime_ms: o.opened.elapsed().as_millis() as u64,
-                    subscriptions: o.channels.subscription_count(),
-                    channel_bytes: o.channels.kept_bytes(),
-                    branches: o.channels.status(),
-                    locks: o.locks.status(),
-                };
-                let mut v = serde_json::to_value(st)?;
-                let conns: Vec<serde_json::Value> = o.servers.lock().iter().flat_map(|s| s.connections().as_array().cloned().unwrap_or_default()).collect();
-                v["connections"] = conns.into();
-                Ok(v)
-            }
-            Backend::Connected(c) => c.status(),
-        }
+        self.inner.backend.status_json(&self.inner.dir)
     }
 
     /// Asks the owner to stop (a `tinystore serve` process). Errors: `invalid`
     /// when the owner is an application process, `auth`.
     #[doc(hidden)]
     pub fn shutdown_owner(&self) -> Result<()> {
-        match &self.inner.backend {
-            Backend::Owned(_) => Err(Error::invalid("this process owns the store: close it instead")),
-            Backend::Connected(c) => c.shutdown_owner(),
-        }
+        self.inner.backend.shutdown_owner()
     }
 
     /// The store's files are reachable from here: always for the owner; for
@@ -446,17 +346,7 @@ impl Store {
     /// this machine. Over `tcp:` or `tls:` from another machine the same
     /// path would be another file, or none (SQL runs next to the store).
     pub(crate) fn check_files_here(&self) -> Result<()> {
-        let Backend::Connected(_) = &self.inner.backend else { return Ok(()) };
-        let path = self.inner.dir.join("owner.lock");
-        let held_here = std::fs::File::open(&path).is_ok_and(|f| matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)));
-        if held_here {
-            return Ok(());
-        }
-        Err(Error::invalid(format!(
-            "the store's directory {} is not on this machine (no owner holds {} here): its SQL databases are files next to the store, so run SQL in a process on the owner's machine",
-            self.inner.dir.display(),
-            path.display()
-        )))
+        self.inner.backend.check_files_here(&self.inner.dir)
     }
 
     /// True for two handles of one `open` or `connect` (clones).
@@ -472,30 +362,21 @@ impl Store {
     /// Ok while a publish could leave now: open, and connected if a client.
     pub(crate) fn check_can_publish(&self) -> Result<()> {
         self.check_open()?;
-        match &self.inner.backend {
-            Backend::Connected(c) => c.check_connected(),
-            Backend::Owned(_) => Ok(()),
-        }
+        self.inner.backend.check_can_publish()
     }
 
     /// Publishes JSON bytes to a branch (the bindings' boundary). The
     /// message leaves at this call, so publishes called one after another
-    /// keep their order even when their futures are awaited together (P2);
+    /// keep their order even when their futures are awaited together (CHAN-01);
     /// the future resolves once the store has it. Errors: `invalid` (name or
     /// key out of rule), `limit` (over 1 MiB), `closed` (also while a
     /// connection is down: nothing is buffered silently).
     pub fn publish_raw(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Publish {
         let checked = self.check_open().and_then(|_| check_name("channel", channel)).and_then(|_| branch.iter().try_for_each(Key::check));
-        Publish(match checked {
-            Err(e) => PublishState::Done(Some(Err(e))),
-            Ok(()) => match &self.inner.backend {
-                Backend::Owned(o) => PublishState::Done(Some(o.channels.publish(channel, branch, data).map(|_| ()))),
-                Backend::Connected(c) => match crate::channels::check_message(&data).and_then(|_| c.publish_send(channel, branch, &data)) {
-                    Ok((rx, lead)) => PublishState::Waiting(rx, lead),
-                    Err(e) => PublishState::Done(Some(Err(e))),
-                },
-            },
-        })
+        match checked {
+            Err(e) => Publish::done(Err(e)),
+            Ok(()) => self.inner.backend.publish(channel, branch, data),
+        }
     }
 
     /// [`Store::publish_raw`] for an event loop of a binding: `done` is
@@ -519,28 +400,19 @@ impl Store {
         if let Err(e) = checked {
             return Some(Err(e));
         }
-        match &self.inner.backend {
-            Backend::Owned(o) => Some(o.channels.publish(channel, branch, data.into()).map(|_| ())),
-            Backend::Connected(c) => match crate::channels::check_message(data).and_then(|_| c.publish_then(channel, branch, data, Box::new(done))) {
-                Ok(()) => None,
-                Err(e) => Some(Err(e)),
-            },
-        }
+        // Boxed only by a backend that keeps it: the owned one answers at once.
+        let mut done = Some(done);
+        let mut keep = || Box::new(done.take().expect("a backend keeps `done` once")) as Box<dyn FnOnce(Result<()>) + Send>;
+        self.inner.backend.publish_then(channel, branch, data, &mut keep)
     }
 
-    /// Publishes at once (a commit's messages; the server's requests).
+    /// Publishes at once (a transaction's messages at its commit).
     pub(crate) fn publish_now(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
-        match &self.inner.backend {
-            Backend::Owned(o) => {
-                self.check_open()?;
-                check_name("channel", channel)?;
-                branch.iter().try_for_each(Key::check)?;
-                o.channels.publish(channel, branch, data).map(|_| ())
-            }
-            Backend::Connected(_) => runtime::block_on(self.publish_raw(channel, branch, data)),
-        }
+        self.check_open()?;
+        check_name("channel", channel)?;
+        branch.iter().try_for_each(Key::check)?;
+        self.inner.backend.publish_now(channel, branch, data)
     }
-
 
     /// Subscribes to a branch and gives a subscription to pull from (the
     /// bindings' boundary); returns once the store has it. Errors:
@@ -555,16 +427,7 @@ impl Store {
         self.check_open()?;
         check_name("channel", channel)?;
         branch.iter().try_for_each(Key::check)?;
-        match &self.inner.backend {
-            Backend::Owned(o) => {
-                let (sub, told) = o.channels.subscribe(channel, branch, scope, resume)?;
-                if let Some(m) = told {
-                    sub.tell_first(m);
-                }
-                Ok(sub)
-            }
-            Backend::Connected(c) => Ok(RawSubscription::remote(c.subscribe(channel, branch, scope).await?)),
-        }
+        self.inner.backend.subscribe(channel, branch, scope, resume).await
     }
 
     /// The engine's handle to the lock or semaphore `name` (the bindings'
@@ -580,23 +443,8 @@ impl Store {
     pub async fn lock_raw_async(&self, name: &str, kind: Kind) -> Result<RawLock> {
         self.check_open()?;
         check_kind(name, kind)?;
-        let inner = match &self.inner.backend {
-            Backend::Owned(o) => LockInner::Local(o.locks.table(name, kind)?),
-            Backend::Connected(c) => {
-                c.declare_async(name, kind).await?;
-                LockInner::Remote { client: c.clone(), name: name.to_owned(), kind }
-            }
-        };
-        Ok(RawLock { inner, _store: self.clone() })
-    }
-
-    /// The engine's table of a lock, for the server (leases keep their ttl).
-    pub(crate) fn lock_table(&self, name: &str, kind: Kind) -> Result<Arc<Table>> {
-        self.check_open()?;
-        match &self.inner.backend {
-            Backend::Owned(o) => o.locks.table(name, kind),
-            Backend::Connected(_) => Err(Error::internal("only an owner has lock tables")),
-        }
+        let inner = self.inner.backend.lock(name, kind).await?;
+        Ok(RawLock::new(inner, self.clone()))
     }
 }
 
@@ -605,21 +453,7 @@ impl Inner {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        match &self.backend {
-            Backend::Owned(o) => {
-                for s in o.servers.lock().drain(..) {
-                    s.stop();
-                }
-                if let Some(s) = o.sweeper.lock().take() {
-                    s.abort();
-                }
-                o.channels.close();
-                o.locks.close();
-                let _ = std::fs::remove_file(socket_path(&self.dir));
-                o.dir_lock.lock().take();
-            }
-            Backend::Connected(c) => c.close(),
-        }
+        self.backend.close(&self.dir);
     }
 }
 
@@ -636,10 +470,21 @@ pub struct Publish(PublishState);
 enum PublishState {
     Done(Option<Result<()>>),
     /// The store's answer to come, and the connection it comes on.
-    Waiting(tokio::sync::oneshot::Receiver<Result<Box<[u8]>>>, Option<Arc<dyn runtime::Lead>>),
+    Waiting(tokio::sync::oneshot::Receiver<Result<Box<[u8]>>>, Option<Arc<dyn runtime::ReadWhileBlocked>>),
 }
 
 impl Publish {
+    /// A publish that ended within the call.
+    pub(crate) fn done(r: Result<()>) -> Publish {
+        Publish(PublishState::Done(Some(r)))
+    }
+
+    /// A publish sent over a connection: its answer comes on `rx`, read by
+    /// the connection's task or by a thread blocked on it (`reader`).
+    pub(crate) fn waiting(rx: tokio::sync::oneshot::Receiver<Result<Box<[u8]>>>, reader: Option<Arc<dyn runtime::ReadWhileBlocked>>) -> Publish {
+        Publish(PublishState::Waiting(rx, reader))
+    }
+
     /// Blocks until the store has the message (at once in the owning
     /// process). Must not be called from inside an async task.
     pub fn wait(self) -> Result<()> {
@@ -655,94 +500,30 @@ impl std::future::Future for Publish {
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<()>> {
         match &mut self.0 {
             PublishState::Done(r) => std::task::Poll::Ready(r.take().unwrap_or(Ok(()))),
-            PublishState::Waiting(rx, lead) => {
+            PublishState::Waiting(rx, reader) => {
                 let p = std::pin::Pin::new(rx).poll(cx);
                 if p.is_pending() {
-                    runtime::want_lead(|| lead.clone());
+                    runtime::read_while_blocked(|| reader.clone());
                 }
                 p.map(|r| match r {
                     Ok(r) => r.map(|_| ()),
-                    Err(_) => Err(crate::client::publish_cut_off()),
+                    Err(_) => Err(crate::net::client::publish_cut_off()),
                 })
             }
         }
     }
 }
 
-/// A store handle that does not keep the store open.
-pub(crate) struct WeakStore(std::sync::Weak<Inner>);
-
-impl WeakStore {
-    pub(crate) fn get(&self) -> Result<Store> {
-        self.0.upgrade().map(|inner| Store { inner }).ok_or_else(Error::closed)
-    }
+/// The hook a client made by `open(dir)` is given: when the owner went
+/// away, this process tries to own `dir` itself (STORE-01).
+fn takeover(dir: &Path) -> Takeover {
+    let dir = dir.to_path_buf();
+    Box::new(move || Store::open_owned(&dir, &OpenOptions::default()).ok().map(|s| Box::new(s) as Box<dyn TakenOver>))
 }
 
-/// A lock or semaphore of a store, as the bindings reach it.
-#[derive(Clone)]
-pub struct RawLock {
-    inner: LockInner,
-    _store: Store,
-}
-
-#[derive(Clone)]
-enum LockInner {
-    Local(Arc<Table>),
-    Remote { client: Arc<Client>, name: String, kind: Kind },
-}
-
-impl RawLock {
-    /// The lock's name.
-    pub fn name(&self) -> &str {
-        match &self.inner {
-            LockInner::Local(t) => t.name(),
-            LockInner::Remote { name, .. } => name,
-        }
-    }
-    /// Lock or semaphore, and its limit.
-    pub fn kind(&self) -> Kind {
-        match &self.inner {
-            LockInner::Local(t) => t.kind(),
-            LockInner::Remote { kind, .. } => *kind,
-        }
-    }
-    /// Takes `key`, waiting up to `wait` in line (LOCK-03). In the owning
-    /// process `terms.ttl` does not apply: a lease ends with its holder's
-    /// function, or at `terms.max_hold` (LOCK-07, LOCK-06). Over a
-    /// connection the lease lasts its ttl from its last renewal, renewed by
-    /// the engine every third of it (LOCK-05).
-    pub async fn acquire(&self, key: Key, holder: Holder, terms: Terms, wait: Duration) -> Result<RawLease> {
-        key.check()?;
-        match &self.inner {
-            LockInner::Local(t) => t.acquire(key, holder, Terms { ttl: None, ..terms }, wait).await,
-            LockInner::Remote { client, name, kind } => client
-                .acquire(name, *kind, &key, holder, terms, Some(wait))
-                .await?
-                .map(RawLease::remote)
-                .ok_or_else(|| Error::internal("the store answered a wait with no lease")),
-        }
-    }
-    /// Takes `key` at once if it is free and nobody waits for it; `None` when
-    /// the caller must wait in line through [`acquire`](Self::acquire). A
-    /// fast path that never waits and never yields (over a connection it
-    /// always says `None`). Errors: `conflict` when `holder` already holds or
-    /// waits for the key, `invalid`, `closed`.
-    pub fn acquire_now(&self, key: &Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
-        key.check()?;
-        match &self.inner {
-            LockInner::Local(t) => t.acquire_now(key, holder, Terms { ttl: None, ..terms }),
-            LockInner::Remote { .. } => Ok(None),
-        }
-    }
-    /// Takes `key` if it is free now; `None` otherwise. Never waits.
-    pub async fn try_acquire(&self, key: Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
-        key.check()?;
-        match &self.inner {
-            LockInner::Local(t) => t.try_acquire(key, holder, Terms { ttl: None, ..terms }),
-            LockInner::Remote { client, name, kind } => {
-                Ok(client.acquire(name, *kind, &key, holder, terms, None).await?.map(RawLease::remote))
-            }
-        }
+impl TakenOver for Store {
+    fn close(&self) {
+        Store::close(self)
     }
 }
 
@@ -758,67 +539,6 @@ fn check_kind(name: &str, kind: Kind) -> Result<()> {
             Ok(())
         }
     }
-}
-
-/// sockaddr_un's path field on Linux: 108 bytes with the final NUL.
-const SOCKET_PATH_MAX: usize = 108;
-
-fn socket_path(dir: &Path) -> PathBuf {
-    dir.join("tinystore.sock")
-}
-
-fn absolute(dir: &Path) -> Result<PathBuf> {
-    std::path::absolute(dir).map_err(|e| Error::io(&format!("could not resolve {}", dir.display()), e))
-}
-
-fn take_dir_lock(dir: &Path) -> Result<File> {
-    let path = dir.join("owner.lock");
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(|e| Error::io(&format!("could not open {}", path.display()), e))?;
-    match f.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let pid = std::fs::read_to_string(&path).unwrap_or_default();
-            return Err(Error::new(
-                ErrorKind::Owned,
-                format!(
-                    "the store {} is owned by another process (pid {}): connect to it, or stop that process first",
-                    dir.display(),
-                    pid.trim()
-                ),
-            ));
-        }
-        Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&format!("could not lock {}", path.display()), e)),
-    }
-    f.set_len(0).and_then(|_| f.write_all(std::process::id().to_string().as_bytes())).map_err(|e| Error::io("could not write owner.lock", e))?;
-    Ok(f)
-}
-
-/// Writes and returns this open's epoch: `max(now_ms, previous + 1)`, synced
-/// to `kv.db` before any lease is given (LOCK-02).
-fn next_epoch(dir: &Path, clock_ms: Option<u64>) -> Result<u64> {
-    let mut db = rusqlite::Connection::open(dir.join("kv.db"))?;
-    db.pragma_update(None, "synchronous", "FULL")?;
-    db.busy_timeout(Duration::from_secs(5))?;
-    let tx = db.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    tx.execute("create table if not exists kv (key text primary key, value any not null)", [])?;
-    let prev: Option<i64> = tx
-        .query_row("select value from kv where key = 'epoch'", [], |r| r.get(0))
-        .map(Some)
-        .or_else(|e| if e == rusqlite::Error::QueryReturnedNoRows { Ok(None) } else { Err(e) })?;
-    let now = clock_ms.unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0));
-    let epoch = match prev {
-        Some(p) => now.max(p as u64 + 1),
-        None => now.max(1),
-    };
-    tx.execute("insert into kv (key, value) values ('epoch', ?1) on conflict (key) do update set value = excluded.value", [epoch as i64])?;
-    tx.commit()?;
-    Ok(epoch)
 }
 
 /// Milliseconds since 1970 of `t`: for timestamps in SQL rows.

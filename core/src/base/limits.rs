@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// The largest message a channel takes: 1 MiB of JSON.
 pub const MAX_MESSAGE_BYTES: usize = 1 << 20;

@@ -1,7 +1,6 @@
 //! A subscription as the engine keeps it: a cursor into one log, read by
 //! pulling, so each language runs its handler on its own event loop.
 
-use std::future::poll_fn;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -68,25 +67,15 @@ pub(super) struct Shared {
     state: Mutex<State>,
 }
 
-/// A subscription of the engine, read by pulling: [`next`](Self::next) (async),
-/// [`try_next`](Self::try_next) or [`next_batch`](Self::next_batch).
-///
-/// This is the boundary the language bindings build on; Rust programs use
-/// [`Subscription`](crate::Subscription) instead. Dropping it stops it.
-pub struct RawSubscription {
-    src: Src,
+/// A subscription of the engine, read by pulling: a cursor into one branch
+/// log. The api layer's [`RawSubscription`](crate::channels::RawSubscription)
+/// wraps it in the owning process; the server forwards it to a connection.
+/// Dropping it stops it.
+pub(crate) struct LocalSubscription {
+    shared: Arc<Shared>,
 }
 
-enum Src {
-    Local(Arc<Shared>),
-    Remote(Arc<crate::client::RemoteSub>),
-}
-
-impl RawSubscription {
-    pub(crate) fn remote(sub: Arc<crate::client::RemoteSub>) -> RawSubscription {
-        RawSubscription { src: Src::Remote(sub) }
-    }
-
+impl LocalSubscription {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         channels: Arc<Channels>,
@@ -97,9 +86,9 @@ impl RawSubscription {
         scope: Scope,
         cursor: u64,
         resumed: bool,
-    ) -> RawSubscription {
-        RawSubscription {
-            src: Src::Local(Arc::new(Shared {
+    ) -> LocalSubscription {
+        LocalSubscription {
+            shared: Arc::new(Shared {
                 channels,
                 channel,
                 node,
@@ -107,73 +96,28 @@ impl RawSubscription {
                 log_id,
                 scope,
                 state: Mutex::new(State { cursor, resumed, told: None, stopped: false, waker: None }),
-            })),
+            }),
         }
     }
 
     /// A handle `status` uses to see how far behind this subscription is.
-    pub(super) fn probe(&self) -> Option<std::sync::Weak<Shared>> {
-        match &self.src {
-            Src::Local(s) => Some(Arc::downgrade(s)),
-            Src::Remote(_) => None,
-        }
+    pub(super) fn probe(&self) -> std::sync::Weak<Shared> {
+        Arc::downgrade(&self.shared)
     }
 
+    /// Tells `missed` before anything else (a resume the store could not place).
     pub(crate) fn tell_first(&self, missed: Missed) {
-        if let Src::Local(s) = &self.src {
-            s.state.lock().told = Some(missed);
-        }
+        self.shared.state.lock().told = Some(missed);
     }
 
-    /// Where a resumed subscription would go on from (in the owning process).
-    pub fn resume_point(&self) -> Resume {
-        match &self.src {
-            Src::Local(s) => Resume { log: s.log_id, next: s.state.lock().cursor },
-            Src::Remote(_) => Resume { log: 0, next: 0 },
-        }
+    /// Where a resumed subscription would go on from.
+    pub(crate) fn resume_point(&self) -> Resume {
+        Resume { log: self.shared.log_id, next: self.shared.state.lock().cursor }
     }
 
-    /// The next event if one is ready now; `None` if nothing is ready (see
-    /// [`is_ended`](Self::is_ended) to tell an ended subscription).
-    pub fn try_next(&self) -> Option<Event> {
-        match self.read(None) {
-            Poll::Ready(e) => e,
-            Poll::Pending => None,
-        }
-    }
-
-    /// The next event; `None` once the subscription is stopped or its store closed.
-    pub async fn next(&self) -> Option<Event> {
-        poll_fn(|cx| self.read(Some(cx))).await
-    }
-
-    /// Waits for at least one event, then takes up to `max` that are ready.
-    /// Empty once the subscription is stopped or its store closed.
-    pub async fn next_batch(&self, max: usize) -> Vec<Event> {
-        let Some(first) = self.next().await else { return Vec::new() };
-        let mut out = vec![first];
-        while out.len() < max {
-            match self.try_next() {
-                Some(e) => out.push(e),
-                None => break,
-            }
-        }
-        out
-    }
-
-    /// Polls for the next event: `Ready(None)` once ended.
-    pub fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        self.read(Some(cx))
-    }
-
-    fn read(&self, cx: Option<&mut Context<'_>>) -> Poll<Option<Event>> {
-        match &self.src {
-            Src::Local(s) => Self::read_local(s, cx),
-            Src::Remote(r) => r.read(cx),
-        }
-    }
-
-    fn read_local(shared: &Shared, cx: Option<&mut Context<'_>>) -> Poll<Option<Event>> {
+    /// The next event if one is ready now (`cx` given: woken when one is).
+    pub(crate) fn read(&self, cx: Option<&mut Context<'_>>) -> Poll<Option<Event>> {
+        let shared = &*self.shared;
         let mut st = shared.state.lock();
         if st.stopped {
             return Poll::Ready(None);
@@ -207,24 +151,22 @@ impl RawSubscription {
         }
     }
 
-    /// True once stopped, or once its store closed and everything was read.
-    pub fn is_ended(&self) -> bool {
-        match &self.src {
-            Src::Local(s) => {
-                let st = s.state.lock();
-                st.stopped || (st.told.is_none() && matches!(s.log.read(&mut st.cursor.clone()), Read::Closed))
-            }
-            Src::Remote(r) => r.is_ended(),
-        }
+    /// Polls for the next event: `Ready(None)` once ended.
+    pub(crate) fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        self.read(Some(cx))
     }
 
-    /// Stops the subscription: a pending `next` returns `None`, and the
-    /// branch no longer keeps messages for it. Idempotent.
-    pub fn stop(&self) {
-        let s = match &self.src {
-            Src::Local(s) => s,
-            Src::Remote(r) => return r.stop(),
-        };
+    /// True once stopped, or once its store closed and everything was read.
+    pub(crate) fn is_ended(&self) -> bool {
+        let s = &self.shared;
+        let st = s.state.lock();
+        st.stopped || (st.told.is_none() && matches!(s.log.read(&mut st.cursor.clone()), Read::Closed))
+    }
+
+    /// Stops the subscription: a pending read ends, and the branch no
+    /// longer keeps messages for it. Idempotent.
+    pub(crate) fn stop(&self) {
+        let s = &self.shared;
         let waker = {
             let mut st = s.state.lock();
             if st.stopped {
@@ -251,7 +193,7 @@ impl Shared {
     }
 }
 
-impl Drop for RawSubscription {
+impl Drop for LocalSubscription {
     fn drop(&mut self) {
         self.stop();
     }

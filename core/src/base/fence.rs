@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// A fence: the store's epoch in the high 64 bits, a count in the low 64.
 ///

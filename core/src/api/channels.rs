@@ -11,12 +11,13 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Event, Missed, RawSubscription, Scope};
-use crate::error::{Error, Result};
-use crate::key::Key;
-use crate::limits::check_name;
+use crate::api::subscription::RawSubscription;
+use crate::engine::channels::{Event, Missed, Scope};
+use crate::base::error::{Error, Result};
+use crate::base::key::Key;
+use crate::base::limits::check_name;
 use crate::runtime;
-use crate::store::Store;
+use crate::api::store::Store;
 
 /// Builds a [`Channel`]: `store.channel::<ChatEvent>("chat-events").open()?`.
 #[must_use = "call .open() to get the channel"]

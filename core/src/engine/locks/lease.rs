@@ -8,10 +8,10 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::{Holder, HolderStatus, Table, Terms};
-use crate::error::{Error, Result};
-use crate::fence::Fence;
-use crate::key::Key;
-use crate::limits::format_duration;
+use crate::base::error::{Error, Result};
+use crate::base::fence::Fence;
+use crate::base::key::Key;
+use crate::base::limits::format_duration;
 use crate::runtime::{self, Due};
 
 const HELD: u8 = 0;
@@ -77,7 +77,7 @@ impl LeaseShared {
     }
 
     /// Expires the lease at its deadline, following renewals (a monotonic
-    /// clock: wall-clock jumps change nothing, L18).
+    /// clock: a jump of the wall clock changes nothing).
     pub(super) fn start_timer(self: &Arc<Self>) {
         let Some(d) = self.deadline() else { return };
         let me: Weak<dyn Due> = Arc::downgrade(self) as Weak<LeaseShared>;
@@ -129,7 +129,7 @@ impl LeaseShared {
         }
     }
 
-    fn lost_error(&self) -> Error {
+    pub(crate) fn lost_error(&self) -> Error {
         let what = match self.fence {
             Some(f) => format!("the lease on key {} of {:?} (fence {f})", self.key, self.table.name()),
             None => format!("the permit on key {} of {:?}", self.key, self.table.name()),
@@ -169,157 +169,119 @@ impl Due for LeaseShared {
     }
 }
 
-/// A lease as the engine gives it: the boundary the bindings build on. Rust
-/// programs get a [`Lease`](crate::Lease) inside `hold` instead.
-///
-/// In the owning process it is the engine's own; over a connection, the
-/// client's, renewed every third of its ttl by the engine's threads.
-/// Dropping a held lease lets the key go.
-pub struct RawLease {
-    inner: Inner,
-}
-
-enum Inner {
-    Local(Arc<LeaseShared>),
-    Remote(crate::client::RemoteLeaseHandle),
-}
-
-impl RawLease {
-    pub(super) fn new(shared: Arc<LeaseShared>) -> RawLease {
-        RawLease { inner: Inner::Local(shared) }
-    }
-
-    pub(crate) fn remote(h: crate::client::RemoteLeaseHandle) -> RawLease {
-        RawLease { inner: Inner::Remote(h) }
-    }
-
-    pub(super) fn shared(&self) -> &Arc<LeaseShared> {
-        match &self.inner {
-            Inner::Local(s) => s,
-            Inner::Remote(_) => unreachable!("the engine's tables hold only local leases"),
-        }
-    }
-
+impl LeaseShared {
     /// The lease's id in the store.
-    pub fn id(&self) -> u64 {
-        match &self.inner {
-            Inner::Local(s) => s.id,
-            Inner::Remote(r) => r.id(),
-        }
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
-    /// The fence: larger than every fence given before (LOCK-02). `None` for
-    /// a semaphore's permit.
-    pub fn fence(&self) -> Option<Fence> {
-        match &self.inner {
-            Inner::Local(s) => s.fence,
-            Inner::Remote(r) => r.fence(),
-        }
+    /// The fence (`None` for a semaphore's permit).
+    pub(crate) fn fence(&self) -> Option<Fence> {
+        self.fence
     }
     /// The key held.
-    pub fn key(&self) -> &Key {
-        match &self.inner {
-            Inner::Local(s) => &s.key,
-            Inner::Remote(r) => r.key(),
-        }
+    pub(crate) fn key(&self) -> &Key {
+        &self.key
     }
     /// True once the lease ran out (ttl, `maxHold`) or the store closed.
-    pub fn is_lost(&self) -> bool {
-        match &self.inner {
-            Inner::Local(s) => s.state.load(Ordering::Acquire) == LOST,
-            Inner::Remote(r) => r.is_lost(),
-        }
+    pub(crate) fn is_lost(&self) -> bool {
+        self.state.load(Ordering::Acquire) == LOST
     }
     /// Resolves when the lease is lost; never while it is held.
-    pub async fn lost(&self) {
-        match &self.inner {
-            Inner::Local(s) => loop {
-                let n = s.lost.notified();
-                if self.is_lost() {
-                    return;
-                }
-                n.await;
-            },
-            Inner::Remote(r) => r.lost().await,
+    pub(crate) async fn lost(&self) {
+        loop {
+            let n = self.lost.notified();
+            if self.is_lost() {
+                return;
+            }
+            n.await;
         }
     }
     /// Calls `f` once, when the lease is lost (at once if it already is).
-    /// Never called for a lease let go normally.
-    pub fn on_lost(&self, f: impl FnOnce() + Send + 'static) {
-        match &self.inner {
-            Inner::Local(s) => {
-                let mut fns = s.on_lost.lock();
-                if self.is_lost() {
-                    drop(fns);
-                    f();
-                } else {
-                    fns.push(Box::new(f));
-                }
-            }
-            Inner::Remote(r) => r.on_lost(Box::new(f)),
+    pub(crate) fn on_lost(&self, f: Box<dyn FnOnce() + Send>) {
+        let mut fns = self.on_lost.lock();
+        if self.is_lost() {
+            drop(fns);
+            f();
+        } else {
+            fns.push(f);
         }
     }
-    /// Moves the ttl's deadline to now + ttl (over a connection: renews at
-    /// once). Errors with `lost` when the lease already ran out: a late
-    /// renewal never revives it (L4).
-    pub fn renew(&self) -> Result<()> {
-        let s = match &self.inner {
-            Inner::Local(s) => s,
-            Inner::Remote(r) => return r.renew(),
-        };
-        let mut until = s.renewed_until.lock();
-        if s.state.load(Ordering::Acquire) != HELD {
-            return Err(s.lost_error());
+    /// Moves the ttl's deadline to now + ttl. Errors with `lost` when the
+    /// lease already ran out: a late renewal never revives it (LOCK-05).
+    pub(crate) fn renew(&self) -> Result<()> {
+        let mut until = self.renewed_until.lock();
+        if self.state.load(Ordering::Acquire) != HELD {
+            return Err(self.lost_error());
         }
-        if let Some(ttl) = s.terms.ttl {
+        if let Some(ttl) = self.terms.ttl {
             *until = Some(Instant::now() + ttl);
         }
         Ok(())
     }
     /// Time until the lease runs out, where it can.
-    pub fn time_left(&self) -> Option<Duration> {
-        match &self.inner {
-            Inner::Local(s) => s.deadline().map(|d| d.saturating_duration_since(Instant::now())),
-            Inner::Remote(r) => r.time_left(),
-        }
+    pub(crate) fn time_left(&self) -> Option<Duration> {
+        self.deadline().map(|d| d.saturating_duration_since(Instant::now()))
     }
     /// Lets the key go. Errors with `lost` if the lease had been lost: a
-    /// release never pretends a lost lease was held (LOCK-04, P6).
-    pub fn release(self) -> Result<()> {
-        self.release_ref()
-    }
-
-    fn release_ref(&self) -> Result<()> {
-        let s = match &self.inner {
-            Inner::Local(s) => s,
-            Inner::Remote(r) => return r.release(),
-        };
-        if s.mark_released() {
-            s.table.remove(s);
+    /// release never pretends a lost lease was held (LOCK-04).
+    pub(crate) fn release(&self) -> Result<()> {
+        if self.mark_released() {
+            self.table.remove(self);
             return Ok(());
         }
-        match s.state.load(Ordering::Acquire) {
-            LOST => Err(s.lost_error()),
+        match self.state.load(Ordering::Acquire) {
+            LOST => Err(self.lost_error()),
             _ => Ok(()),
         }
     }
+}
 
-    /// The error a holder gets for this lease once lost.
-    pub fn lost_error(&self) -> Error {
-        match &self.inner {
-            Inner::Local(s) => s.lost_error(),
-            Inner::Remote(r) => r.lost_error(),
-        }
+/// A lease as the engine gives it: its holder's until released or dropped
+/// (dropping a held lease lets the key go). The server keeps these for its
+/// connections; the api layer turns one into a
+/// [`RawLease`](crate::locks::RawLease) with [`into_shared`](Self::into_shared).
+pub(crate) struct LocalLease {
+    shared: Arc<LeaseShared>,
+}
+
+impl LocalLease {
+    pub(super) fn new(shared: Arc<LeaseShared>) -> LocalLease {
+        LocalLease { shared }
+    }
+
+    pub(super) fn shared(&self) -> &Arc<LeaseShared> {
+        &self.shared
+    }
+
+    /// The lease's state, for a holder that releases it itself.
+    pub(crate) fn into_shared(self) -> Arc<LeaseShared> {
+        let me = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `me` is never used or dropped again, so the Arc moves out once.
+        unsafe { std::ptr::read(&me.shared) }
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.shared.id
+    }
+    pub(crate) fn fence(&self) -> Option<Fence> {
+        self.shared.fence
+    }
+    pub(crate) fn on_lost(&self, f: impl FnOnce() + Send + 'static) {
+        self.shared.on_lost(Box::new(f))
+    }
+    pub(crate) fn renew(&self) -> Result<()> {
+        self.shared.renew()
+    }
+    pub(crate) fn release(self) -> Result<()> {
+        self.into_shared().release()
+    }
+    pub(crate) fn lost_error(&self) -> Error {
+        self.shared.lost_error()
     }
 }
 
-impl Drop for RawLease {
+impl Drop for LocalLease {
     fn drop(&mut self) {
-        let _ = self.release_ref();
-    }
-}
-
-impl std::fmt::Debug for RawLease {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RawLease").field("id", &self.id()).field("fence", &self.fence()).field("key", self.key()).finish()
+        let _ = self.shared.release();
     }
 }

@@ -4,8 +4,8 @@ use std::fmt;
 
 use smol_str::SmolStr;
 
-use crate::error::{Error, Result};
-use crate::limits::MAX_KEY_BYTES;
+use crate::base::error::{Error, Result};
+use crate::base::limits::MAX_KEY_BYTES;
 
 /// A lock key or a branch key: 1 to 1,024 bytes of text.
 ///

@@ -7,7 +7,6 @@
 //! not by someone happening to call in.
 
 mod lease;
-mod lock;
 
 use std::collections::VecDeque;
 
@@ -20,13 +19,12 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
-pub use self::lease::RawLease;
+pub(crate) use self::lease::LocalLease;
 pub(crate) use self::lease::{LeaseShared, LostReason};
-pub use self::lock::{HeldLease, Lease, LeaseState, Lock, LockBuilder, LockHandle, LockOptions, Permit, Semaphore, SemaphoreBuilder, end_of_hold};
-use crate::error::{Error, ErrorKind, Result};
-use crate::fence::Fence;
-use crate::key::Key;
-use crate::limits::format_duration;
+use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::fence::Fence;
+use crate::base::key::Key;
+use crate::base::limits::format_duration;
 use crate::runtime;
 
 /// Who holds or waits: the engine refuses a `hold` of a key its holder
@@ -124,12 +122,12 @@ struct Waiter {
 
 /// Called with the lease when a waiter's turn comes (or with why not): gives
 /// the lease back when its waiter is gone, so the next one is served.
-pub(crate) type OnGrant = Box<dyn FnOnce(Result<RawLease>) -> Option<RawLease> + Send>;
+pub(crate) type OnGrant = Box<dyn FnOnce(Result<LocalLease>) -> Option<LocalLease> + Send>;
 
 /// How a waiter learns its turn came.
 enum Granted {
     /// A task awaits it.
-    Oneshot(oneshot::Sender<Result<RawLease>>),
+    Oneshot(oneshot::Sender<Result<LocalLease>>),
     /// Called at once, under the key's lock (the server answers from there,
     /// with no task to wake in between).
     Call(OnGrant),
@@ -137,7 +135,7 @@ enum Granted {
 
 impl Granted {
     /// Gives the result; the lease comes back when nobody took it.
-    fn send(self, r: Result<RawLease>) -> Option<RawLease> {
+    fn send(self, r: Result<LocalLease>) -> Option<LocalLease> {
         match self {
             Granted::Oneshot(tx) => match tx.send(r) {
                 Err(Ok(lease)) => Some(lease),
@@ -151,7 +149,7 @@ impl Granted {
 /// What [`Table::acquire_or_queue`] did.
 pub(crate) enum Queued {
     /// The key was free: here is the lease.
-    Now(RawLease),
+    Now(LocalLease),
     /// In line with this waiter id; the callback will be called.
     InLine(u64),
 }
@@ -296,7 +294,7 @@ impl Table {
 
     /// Takes `key` now if it is free (and nobody waits), else gives `None`.
     /// A key this `holder` already holds is simply not acquired.
-    pub(crate) fn try_acquire(self: &Arc<Self>, key: Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
+    pub(crate) fn try_acquire(self: &Arc<Self>, key: Key, holder: Holder, terms: Terms) -> Result<Option<LocalLease>> {
         self.check_open()?;
         let mut keys = self.keys.lock();
         let ks = keys.entry(key.clone()).or_default();
@@ -313,7 +311,7 @@ impl Table {
     /// Takes `key` at once if it is free and nobody waits: `Some(lease)`;
     /// `None` when the caller must wait in line. Errors with `conflict` when
     /// `holder` already holds or waits for the key.
-    pub(crate) fn acquire_now(self: &Arc<Self>, key: &Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
+    pub(crate) fn acquire_now(self: &Arc<Self>, key: &Key, holder: Holder, terms: Terms) -> Result<Option<LocalLease>> {
         self.check_open()?;
         let mut keys = self.keys.lock();
         match keys.get_mut(key) {
@@ -346,7 +344,7 @@ impl Table {
     /// Takes `key`, waiting up to `wait` in line behind earlier waiters
     /// (LOCK-03). Errors: `timeout` when `wait` ran out, `conflict` when
     /// `holder` already holds or waits for the key, `closed`.
-    pub(crate) async fn acquire(self: &Arc<Self>, key: Key, holder: Holder, terms: Terms, wait: Duration) -> Result<RawLease> {
+    pub(crate) async fn acquire(self: &Arc<Self>, key: Key, holder: Holder, terms: Terms, wait: Duration) -> Result<LocalLease> {
         let (tx, rx) = oneshot::channel();
         let id = match self.take_or_queue(&key, holder, terms, wait, Granted::Oneshot(tx))? {
             Queued::Now(lease) => return Ok(lease),
@@ -429,7 +427,7 @@ impl Table {
         }
     }
 
-    fn grant(self: &Arc<Self>, key: &Key, ks: &mut KeyState, holder: Holder, terms: Terms) -> RawLease {
+    fn grant(self: &Arc<Self>, key: &Key, ks: &mut KeyState, holder: Holder, terms: Terms) -> LocalLease {
         let fence = matches!(self.kind, Kind::Lock).then(|| self.fences.next());
         let id = self.ids.fetch_add(1, Ordering::Relaxed);
         let shared = LeaseShared::new(self.clone(), id, key.clone(), fence, holder, terms);
@@ -437,7 +435,7 @@ impl Table {
         if terms.ttl.is_some() || terms.max_hold.is_some() {
             shared.start_timer();
         }
-        RawLease::new(shared)
+        LocalLease::new(shared)
     }
 
     /// Gives the key to waiters in order while there is room.
@@ -462,11 +460,11 @@ impl Table {
     }
 
     /// Removes `lease` from the key's holders and serves the waiters.
-    pub(crate) fn remove(self: &Arc<Self>, lease: &Arc<LeaseShared>) {
+    pub(crate) fn remove(self: &Arc<Self>, lease: &LeaseShared) {
         let mut keys = self.keys.lock();
         let Some(ks) = keys.get_mut(&lease.key) else { return };
         let before = ks.holders.len();
-        ks.holders.retain(|l| !Arc::ptr_eq(l, lease));
+        ks.holders.retain(|l| !std::ptr::eq(&**l, lease));
         if ks.holders.len() != before {
             self.serve(&lease.key, ks);
         }

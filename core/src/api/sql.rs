@@ -18,11 +18,12 @@ use sha2::{Digest, Sha256};
 
 pub use rusqlite::types::Value as SqlValue;
 
-use crate::channels::{Branch, Channel, check_message};
-use crate::error::{Error, ErrorKind, Result};
-use crate::key::Key;
-use crate::limits::{check_name, check_positive};
-use crate::store::Store;
+use crate::api::channels::{Branch, Channel};
+use crate::engine::channels::check_message;
+use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::key::Key;
+use crate::base::limits::{check_name, check_positive};
+use crate::api::store::Store;
 
 /// The default busy timeout: how long a writer waits for another one.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -141,7 +142,7 @@ impl IntoParam for SqlValue {
         self
     }
 }
-impl IntoParam for crate::fence::Fence {
+impl IntoParam for crate::base::fence::Fence {
     /// A fence binds as its 40-digit padded text, which compares like the number.
     fn into_param(self) -> SqlValue {
         SqlValue::Text(self.padded())
@@ -641,7 +642,7 @@ fn migrate(c: &Connection, dir: &Path) -> Result<()> {
         conn_tx.execute_batch(&text).map_err(|e| Error::new(ErrorKind::Sql, format!("migration {name} failed, nothing of it was applied: {e}")))?;
         conn_tx.execute(
             "insert into _tinystore_migrations (version, name, checksum, applied_at) values (?1, ?2, ?3, ?4)",
-            rusqlite::params![version, name, sum, crate::store::unix_millis(std::time::SystemTime::now())],
+            rusqlite::params![version, name, sum, crate::api::store::unix_millis(std::time::SystemTime::now())],
         )?;
         conn_tx.commit()?;
     }

@@ -1,0 +1,210 @@
+//! The connected backend: another process owns the store; every call goes
+//! to it over the [`Client`]'s connection.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use super::{Backend, BoxFuture, Done, LeaseBackend, LockBackend, SubscriptionBackend};
+use crate::api::lease::RawLease;
+use crate::api::store::Publish;
+use crate::api::subscription::RawSubscription;
+use crate::base::error::{Error, Result};
+use crate::base::fence::Fence;
+use crate::base::key::Key;
+use crate::engine::channels::{Event, Resume, Scope, check_message};
+use crate::engine::locks::{Holder, Kind, Terms};
+use crate::net::client::{Client, LoopReader, RemoteLeaseHandle, RemoteSub};
+use crate::net::files::owner_lock_held_here;
+use crate::net::wire::Address;
+use crate::runtime;
+
+pub(crate) struct Connected {
+    client: Arc<Client>,
+}
+
+impl Connected {
+    pub(crate) fn new(client: Arc<Client>) -> Connected {
+        Connected { client }
+    }
+}
+
+impl Backend for Connected {
+    fn is_owner(&self) -> bool {
+        false
+    }
+
+    fn epoch(&self) -> u64 {
+        self.client.epoch()
+    }
+
+    fn check_can_publish(&self) -> Result<()> {
+        self.client.check_connected()
+    }
+
+    fn publish(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Publish {
+        match check_message(&data).and_then(|_| self.client.publish_send(channel, branch, &data)) {
+            Ok((rx, lead)) => Publish::waiting(rx, lead),
+            Err(e) => Publish::done(Err(e)),
+        }
+    }
+
+    fn publish_then(&self, channel: &str, branch: &[Key], data: &[u8], keep_done: &mut dyn FnMut() -> Done) -> Option<Result<()>> {
+        match check_message(data).and_then(|_| self.client.publish_then(channel, branch, data, keep_done())) {
+            Ok(()) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    fn publish_now(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
+        runtime::block_on(self.publish(channel, branch, data))
+    }
+
+    fn subscribe<'a>(&'a self, channel: &'a str, branch: &'a [Key], scope: Scope, _resume: Option<Resume>) -> BoxFuture<'a, Result<RawSubscription>> {
+        Box::pin(async move {
+            let sub = self.client.subscribe(channel, branch, scope).await?;
+            Ok(RawSubscription::new(Box::new(ConnectedSubscription(sub))))
+        })
+    }
+
+    fn lock<'a>(&'a self, name: &'a str, kind: Kind) -> BoxFuture<'a, Result<Arc<dyn LockBackend>>> {
+        Box::pin(async move {
+            self.client.declare_async(name, kind).await?;
+            Ok(Arc::new(ConnectedLock { client: self.client.clone(), name: name.to_owned(), kind }) as Arc<dyn LockBackend>)
+        })
+    }
+
+    fn status_json(&self, _dir: &Path) -> Result<serde_json::Value> {
+        self.client.status()
+    }
+
+    fn shutdown_owner(&self) -> Result<()> {
+        self.client.shutdown_owner()
+    }
+
+    /// Only where the owner holds `<dir>/owner.lock` on this machine: over
+    /// `tcp:` or `tls:` from another machine the same path would be another
+    /// file, or none (SQL runs next to the store).
+    fn check_files_here(&self, dir: &Path) -> Result<()> {
+        if owner_lock_held_here(dir) {
+            return Ok(());
+        }
+        Err(Error::invalid(format!(
+            "the store's directory {} is not on this machine (no owner holds {} here): its SQL databases are files next to the store, so run SQL in a process on the owner's machine",
+            dir.display(),
+            dir.join("owner.lock").display()
+        )))
+    }
+
+    fn serve(&self, _address: &Address, _tls_files: Option<(&Path, &Path)>, _shutdown: Option<Arc<tokio::sync::Notify>>) -> Result<()> {
+        Err(Error::invalid("only the process that owns the store serves it; this one is connected"))
+    }
+
+    fn on_shutdown(&self, _n: Arc<tokio::sync::Notify>) {}
+
+    fn loop_reader(&self) -> Option<LoopReader> {
+        LoopReader::of(&self.client)
+    }
+
+    fn settle(&self, limit: Duration) -> BoxFuture<'_, ()> {
+        Box::pin(self.client.settle_publishes(limit))
+    }
+
+    fn close(&self, _dir: &Path) {
+        self.client.close()
+    }
+}
+
+/// A lock of the owner: each hold is a request over the connection, its
+/// lease renewed every third of its ttl (LOCK-05).
+struct ConnectedLock {
+    client: Arc<Client>,
+    name: String,
+    kind: Kind,
+}
+
+fn remote(h: RemoteLeaseHandle) -> RawLease {
+    RawLease::new(Arc::new(h))
+}
+
+impl LockBackend for ConnectedLock {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    fn acquire(&self, key: Key, holder: Holder, terms: Terms, wait: Duration) -> BoxFuture<'_, Result<RawLease>> {
+        Box::pin(async move {
+            self.client
+                .acquire(&self.name, self.kind, &key, holder, terms, Some(wait))
+                .await?
+                .map(remote)
+                .ok_or_else(|| Error::internal("the store answered a wait with no lease"))
+        })
+    }
+
+    /// Never at once over a connection: every hold asks the owner.
+    fn acquire_now(&self, _key: &Key, _holder: Holder, _terms: Terms) -> Result<Option<RawLease>> {
+        Ok(None)
+    }
+
+    fn try_acquire(&self, key: Key, holder: Holder, terms: Terms) -> BoxFuture<'_, Result<Option<RawLease>>> {
+        Box::pin(async move { Ok(self.client.acquire(&self.name, self.kind, &key, holder, terms, None).await?.map(remote)) })
+    }
+}
+
+impl LeaseBackend for RemoteLeaseHandle {
+    fn id(&self) -> u64 {
+        RemoteLeaseHandle::id(self)
+    }
+    fn fence(&self) -> Option<Fence> {
+        RemoteLeaseHandle::fence(self)
+    }
+    fn key(&self) -> &Key {
+        RemoteLeaseHandle::key(self)
+    }
+    fn is_lost(&self) -> bool {
+        RemoteLeaseHandle::is_lost(self)
+    }
+    fn lost(&self) -> BoxFuture<'_, ()> {
+        Box::pin(RemoteLeaseHandle::lost(self))
+    }
+    fn on_lost(&self, f: Box<dyn FnOnce() + Send>) {
+        RemoteLeaseHandle::on_lost(self, f)
+    }
+    fn renew(&self) -> Result<()> {
+        RemoteLeaseHandle::renew(self)
+    }
+    fn time_left(&self) -> Option<Duration> {
+        RemoteLeaseHandle::time_left(self)
+    }
+    fn release(&self) -> Result<()> {
+        RemoteLeaseHandle::release(self)
+    }
+    fn lost_error(&self) -> Error {
+        RemoteLeaseHandle::lost_error(self)
+    }
+}
+
+/// A subscription of the owner's, its events pushed over the connection.
+struct ConnectedSubscription(Arc<RemoteSub>);
+
+impl SubscriptionBackend for ConnectedSubscription {
+    fn read(&self, cx: Option<&mut Context<'_>>) -> Poll<Option<Event>> {
+        self.0.read(cx)
+    }
+    fn is_ended(&self) -> bool {
+        self.0.is_ended()
+    }
+    fn stop(&self) {
+        self.0.stop()
+    }
+    /// The owner keeps the position: nothing to resume from here.
+    fn resume_point(&self) -> Resume {
+        Resume { log: 0, next: 0 }
+    }
+}

@@ -1,0 +1,107 @@
+//! The one place a store's backend is chosen: a [`Backend`] is picked at
+//! `open` or `connect`, and every call of a [`Store`](crate::Store) and its
+//! handles goes through it. [`owned`] serves the store from this process's
+//! engine; [`connected`] reaches another process's over the client. A
+//! third way to reach a store is one more implementation of these traits.
+
+pub(crate) mod connected;
+pub(crate) mod owned;
+
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use crate::api::lease::RawLease;
+use crate::api::store::Publish;
+use crate::api::subscription::RawSubscription;
+use crate::base::error::{Error, Result};
+use crate::base::fence::Fence;
+use crate::base::key::Key;
+use crate::engine::channels::{Event, Resume, Scope};
+use crate::engine::locks::{Holder, Kind, Terms};
+use crate::net::client::LoopReader;
+use crate::net::wire::Address;
+
+/// The function a publish's outcome is given to, once.
+pub(crate) type Done = Box<dyn FnOnce(Result<()>) + Send>;
+
+/// A future a backend gives back, boxed so the traits stay object safe.
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Where a store's calls go. Names, keys and the store's own open state are
+/// checked by [`Store`](crate::Store) before a call reaches it.
+pub(crate) trait Backend: Send + Sync {
+    /// True when this process owns the store.
+    fn is_owner(&self) -> bool;
+    /// The owner's epoch: the high 64 bits of every fence.
+    fn epoch(&self) -> u64;
+    /// Ok while a publish could leave now (connected: while the connection is up).
+    fn check_can_publish(&self) -> Result<()>;
+    /// Publishes checked JSON bytes; the future resolves once the store has them.
+    fn publish(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Publish;
+    /// As [`publish`](Self::publish), the outcome given to the function
+    /// `keep_done()` gives, unless it is known within this call: then `Some`,
+    /// and `keep_done` is not called.
+    fn publish_then(&self, channel: &str, branch: &[Key], data: &[u8], keep_done: &mut dyn FnMut() -> Done) -> Option<Result<()>>;
+    /// Publishes checked JSON bytes and waits for the store to have them
+    /// (a commit's messages).
+    fn publish_now(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()>;
+    /// Subscribes; resolves once the store has the subscription.
+    fn subscribe<'a>(&'a self, channel: &'a str, branch: &'a [Key], scope: Scope, resume: Option<Resume>) -> BoxFuture<'a, Result<RawSubscription>>;
+    /// The lock or semaphore `name` of `kind`, declared with the store.
+    fn lock<'a>(&'a self, name: &'a str, kind: Kind) -> BoxFuture<'a, Result<Arc<dyn LockBackend>>>;
+    /// The status as JSON, with the owner's connections.
+    fn status_json(&self, dir: &Path) -> Result<serde_json::Value>;
+    /// Asks the owner to stop (`tinystore stop`).
+    fn shutdown_owner(&self) -> Result<()>;
+    /// Ok where the store's files (its SQL databases) are reachable from here.
+    fn check_files_here(&self, dir: &Path) -> Result<()>;
+    /// Serves the store on `address` too (only an owner serves).
+    fn serve(&self, address: &Address, tls_files: Option<(&Path, &Path)>, shutdown: Option<Arc<tokio::sync::Notify>>) -> Result<()>;
+    /// Lets clients stop this owner: `n` is notified then.
+    fn on_shutdown(&self, n: Arc<tokio::sync::Notify>);
+    /// The connection's socket for a language's event loop, where there is one.
+    fn loop_reader(&self) -> Option<LoopReader>;
+    /// Waits (up to `limit`) for the answers of publishes already sent.
+    fn settle(&self, limit: Duration) -> BoxFuture<'_, ()>;
+    /// Closes: subscriptions end, leases are let go or lost. Idempotent.
+    fn close(&self, dir: &Path);
+}
+
+/// A lock or semaphore as a backend holds it.
+pub(crate) trait LockBackend: Send + Sync {
+    fn name(&self) -> &str;
+    fn kind(&self) -> Kind;
+    /// Takes `key`, waiting up to `wait` in line (LOCK-03).
+    fn acquire(&self, key: Key, holder: Holder, terms: Terms, wait: Duration) -> BoxFuture<'_, Result<RawLease>>;
+    /// Takes `key` at once if free and nobody waits; `None` to wait in line.
+    fn acquire_now(&self, key: &Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>>;
+    /// Takes `key` if it is free now; `None` otherwise.
+    fn try_acquire(&self, key: Key, holder: Holder, terms: Terms) -> BoxFuture<'_, Result<Option<RawLease>>>;
+}
+
+/// A lease as a backend holds it.
+pub(crate) trait LeaseBackend: Send + Sync {
+    fn id(&self) -> u64;
+    fn fence(&self) -> Option<Fence>;
+    fn key(&self) -> &Key;
+    fn is_lost(&self) -> bool;
+    fn lost(&self) -> BoxFuture<'_, ()>;
+    fn on_lost(&self, f: Box<dyn FnOnce() + Send>);
+    fn renew(&self) -> Result<()>;
+    fn time_left(&self) -> Option<Duration>;
+    /// Lets the key go; `lost` if the lease had been lost. Idempotent.
+    fn release(&self) -> Result<()>;
+    fn lost_error(&self) -> Error;
+}
+
+/// A subscription as a backend holds it, read by pulling.
+pub(crate) trait SubscriptionBackend: Send + Sync {
+    fn read(&self, cx: Option<&mut Context<'_>>) -> Poll<Option<Event>>;
+    fn is_ended(&self) -> bool;
+    fn stop(&self);
+    fn resume_point(&self) -> Resume;
+}

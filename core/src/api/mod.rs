@@ -1,0 +1,11 @@
+//! The api layer: [`Store`](crate::Store) and its handles (subscription,
+//! lease, lock, semaphore, database, typed channels).
+
+pub(crate) mod backend;
+pub(crate) mod channels;
+pub(crate) mod lease;
+pub(crate) mod locks;
+pub mod sql;
+pub mod status;
+pub(crate) mod store;
+pub(crate) mod subscription;

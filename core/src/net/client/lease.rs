@@ -1,0 +1,267 @@
+//! A lease held over the wire: renewed every third of its ttl from the
+//! engine's timers, and lost by its own deadline on this side.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use super::{Answer, Client};
+use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::fence::Fence;
+use crate::base::key::Key;
+use crate::net::wire::Request;
+use crate::runtime;
+
+/// A lease held over the wire, renewed every third of its ttl by the engine.
+pub(crate) struct RemoteLease {
+    pub(super) client: std::sync::Weak<Client>,
+    pub(super) id: u64,
+    pub(super) fence: Option<Fence>,
+    pub(super) key: Key,
+    pub(super) ttl: Duration,
+    /// Lost by this instant unless a renewal moves it: the last renewal
+    /// sent (acknowledged) plus the ttl, capped by maxHold.
+    pub(super) deadline: Mutex<Instant>,
+    pub(super) max_deadline: Option<Instant>,
+    pub(super) lost: AtomicBool,
+    pub(super) released: AtomicBool,
+    pub(super) why: Mutex<Option<String>>,
+    pub(super) notify: Notify,
+    pub(super) on_lost: Mutex<Vec<Box<dyn FnOnce() + Send>>>,
+    pub(super) sched: Mutex<Sched>,
+}
+
+/// When the lease's next renewal goes out, and the timer armed for it.
+pub(super) struct Sched {
+    pub(super) next_send: Instant,
+    pub(super) timer: Option<runtime::TimerKey>,
+}
+
+impl runtime::Due for RemoteLease {
+    fn due(self: Arc<Self>, now: Instant) {
+        let mut s = self.sched.lock();
+        s.timer = None;
+        if self.lost.load(Ordering::Acquire) || self.released.load(Ordering::Acquire) {
+            return;
+        }
+        let deadline = *self.deadline.lock();
+        if now >= deadline {
+            drop(s);
+            self.mark_lost(self.why_past_deadline(now, "the connection was cut or the store stalled"));
+            return;
+        }
+        if now >= s.next_send {
+            s.next_send = now + self.ttl / 3;
+            if let Some(c) = self.client.upgrade()
+                && let Ok(conn) = c.current()
+            {
+                let mut r = Request::new(0, "renew");
+                r.lease = Some(self.id);
+                r.fence = self.fence;
+                let _ = c.send_with(&conn, &mut r, Some(Answer::Renewal(Arc::downgrade(&self), now)), false);
+            }
+        }
+        self.arm(&mut s);
+    }
+}
+
+impl RemoteLease {
+    pub(super) fn new(client: &Arc<Client>, id: u64, fence: Option<Fence>, key: Key, ttl: Duration, granted: Instant, max_hold: Option<Duration>) -> Arc<RemoteLease> {
+        let max_deadline = max_hold.map(|m| granted + m - safety(m));
+        let first = granted + ttl - safety(ttl);
+        Arc::new(RemoteLease {
+            client: Arc::downgrade(client),
+            id,
+            fence,
+            key,
+            ttl,
+            deadline: Mutex::new(max_deadline.map_or(first, |m| m.min(first))),
+            max_deadline,
+            lost: AtomicBool::new(false),
+            released: AtomicBool::new(false),
+            why: Mutex::new(None),
+            notify: Notify::new(),
+            on_lost: Mutex::new(Vec::new()),
+            sched: Mutex::new(Sched { next_send: granted, timer: None }),
+        })
+    }
+
+    /// Renews every third of the ttl; marks the lease lost at its deadline.
+    /// Renewals go out on schedule whether or not the last one was answered,
+    /// so one lost renewal costs a third of the ttl, never the lease (LOCK-05).
+    pub(super) fn start(self: &Arc<Self>) {
+        let first = Instant::now() + self.ttl / 3;
+        let mut s = self.sched.lock();
+        s.next_send = first;
+        self.arm(&mut s);
+    }
+
+    /// Schedules the next look: the next renewal or the deadline.
+    pub(super) fn arm(self: &Arc<Self>, s: &mut Sched) {
+        if let Some(k) = s.timer.take() {
+            runtime::cancel(k);
+        }
+        if self.lost.load(Ordering::Acquire) || self.released.load(Ordering::Acquire) {
+            return;
+        }
+        let at = s.next_send.min(*self.deadline.lock());
+        s.timer = Some(runtime::schedule(at, Arc::downgrade(self) as std::sync::Weak<dyn runtime::Due>));
+    }
+
+    /// Renews at once (after a reconnect, or when asked).
+    pub(super) fn kick(self: &Arc<Self>) {
+        let mut s = self.sched.lock();
+        s.next_send = Instant::now();
+        self.arm(&mut s);
+    }
+
+    /// The store's answer to a renewal sent at `sent`.
+    pub(super) fn renewed(&self, sent: Instant, v: Result<Box<[u8]>>) {
+        match v {
+            Ok(_) => {
+                let mut d = self.deadline.lock();
+                let next = sent + self.ttl - safety(self.ttl);
+                *d = self.max_deadline.map_or(next, |m| m.min(next)).max(*d);
+            }
+            Err(e) if e.kind() == ErrorKind::Lost => self.mark_lost(e.message().to_owned()),
+            Err(_) => {}
+        }
+    }
+
+    /// Why a lease past its deadline is lost: its maxHold when that was
+    /// reached (also when the holder only looks late, its loop blocked),
+    /// else its ttl, for the `likely` cause given.
+    fn why_past_deadline(&self, now: Instant, likely: &str) -> String {
+        if self.max_deadline.is_some_and(|m| now >= m) {
+            "it reached its maxHold".into()
+        } else {
+            format!("no renewal reached the store within its ttl ({likely})")
+        }
+    }
+
+    pub(super) fn mark_lost(&self, why: String) {
+        if self.released.load(Ordering::Acquire) || self.lost.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        *self.why.lock() = Some(why);
+        if let Some(t) = self.sched.lock().timer.take() {
+            runtime::cancel(t);
+        }
+        let fns = std::mem::take(&mut *self.on_lost.lock());
+        for f in fns {
+            f();
+        }
+        self.notify.notify_waiters();
+        if let Some(c) = self.client.upgrade() {
+            c.leases.lock().remove(&self.id);
+        }
+    }
+
+    pub(crate) fn lost_error(&self) -> Error {
+        let what = match self.fence {
+            Some(f) => format!("the lease on key {} (fence {f})", self.key),
+            None => format!("the permit on key {}", self.key),
+        };
+        let why = self.why.lock().clone().unwrap_or_else(|| "it ran out".into());
+        Error::lost(format!(
+            "{what} was lost: {why}; another holder may have the key now: check fences where you write, and keep work within the lease"
+        ))
+    }
+}
+
+/// How much earlier than the store a holder counts its lease lost, so that
+/// timer granularity and scheduling never let it run past the moment the
+/// store could give the key to another (LOCK-01, LOCK-05): a fiftieth of the span plus 5 ms.
+pub(super) fn safety(span: Duration) -> Duration {
+    span / 50 + Duration::from_millis(5)
+}
+
+/// The engine's handle on a lease held over the wire.
+pub(crate) struct RemoteLeaseHandle {
+    pub(super) lease: Arc<RemoteLease>,
+}
+
+impl RemoteLeaseHandle {
+    pub(crate) fn id(&self) -> u64 {
+        self.lease.id
+    }
+    pub(crate) fn fence(&self) -> Option<Fence> {
+        self.lease.fence
+    }
+    pub(crate) fn key(&self) -> &Key {
+        &self.lease.key
+    }
+    /// Lost once told so, or once its deadline passed: a process that was
+    /// frozen past it knows at once on waking, before its timer runs (LOCK-04).
+    pub(crate) fn is_lost(&self) -> bool {
+        let l = &self.lease;
+        if l.lost.load(Ordering::Acquire) {
+            return true;
+        }
+        if !l.released.load(Ordering::Acquire) && Instant::now() >= *l.deadline.lock() {
+            l.mark_lost(l.why_past_deadline(Instant::now(), "this process was frozen, or the connection was cut or stalled"));
+            return true;
+        }
+        false
+    }
+    pub(crate) async fn lost(&self) {
+        loop {
+            let n = self.lease.notify.notified();
+            if self.is_lost() {
+                return;
+            }
+            n.await;
+        }
+    }
+    pub(crate) fn on_lost(&self, f: Box<dyn FnOnce() + Send>) {
+        let mut fns = self.lease.on_lost.lock();
+        if self.is_lost() {
+            drop(fns);
+            f();
+        } else {
+            fns.push(f);
+        }
+    }
+    pub(crate) fn renew(&self) -> Result<()> {
+        if self.is_lost() {
+            return Err(self.lease.lost_error());
+        }
+        self.lease.kick();
+        Ok(())
+    }
+    pub(crate) fn time_left(&self) -> Option<Duration> {
+        Some(self.lease.deadline.lock().saturating_duration_since(Instant::now()))
+    }
+    pub(crate) fn lost_error(&self) -> Error {
+        self.lease.lost_error()
+    }
+    /// Lets the lease go without waiting for the answer (order is kept on
+    /// the connection). Errors with `lost` when the lease had been lost.
+    pub(crate) fn release(&self) -> Result<()> {
+        let l = &self.lease;
+        if self.is_lost() {
+            return Err(l.lost_error());
+        }
+        if l.released.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if let Some(t) = l.sched.lock().timer.take() {
+            runtime::cancel(t);
+        }
+        if let Some(c) = l.client.upgrade() {
+            c.leases.lock().remove(&l.id);
+            if let Ok(conn) = c.current() {
+                let mut r = Request::new(0, "release");
+                r.lease = Some(l.id);
+                r.fence = l.fence;
+                // Not waited for: no answer to read (a wake-up saved).
+                r.quiet = Some(true);
+                let _ = c.send_on(&conn, &mut r, false);
+            }
+        }
+        Ok(())
+    }
+}

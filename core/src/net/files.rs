@@ -1,0 +1,78 @@
+//! The owner's files in the store directory: the directory lock
+//! (`owner.lock`, with the owner's pid), the epoch (in `kv.db`), and the
+//! path of the Unix socket.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::base::error::{Error, ErrorKind, Result};
+
+/// sockaddr_un's path field on Linux: 108 bytes with the final NUL.
+pub(crate) const SOCKET_PATH_MAX: usize = 108;
+
+pub(crate) fn socket_path(dir: &Path) -> PathBuf {
+    dir.join("tinystore.sock")
+}
+
+pub(crate) fn absolute(dir: &Path) -> Result<PathBuf> {
+    std::path::absolute(dir).map_err(|e| Error::io(&format!("could not resolve {}", dir.display()), e))
+}
+
+pub(crate) fn take_dir_lock(dir: &Path) -> Result<File> {
+    let path = dir.join("owner.lock");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::io(&format!("could not open {}", path.display()), e))?;
+    match f.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let pid = std::fs::read_to_string(&path).unwrap_or_default();
+            return Err(Error::new(
+                ErrorKind::Owned,
+                format!(
+                    "the store {} is owned by another process (pid {}): connect to it, or stop that process first",
+                    dir.display(),
+                    pid.trim()
+                ),
+            ));
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&format!("could not lock {}", path.display()), e)),
+    }
+    f.set_len(0).and_then(|_| f.write_all(std::process::id().to_string().as_bytes())).map_err(|e| Error::io("could not write owner.lock", e))?;
+    Ok(f)
+}
+
+/// Writes and returns this open's epoch: `max(now_ms, previous + 1)`, synced
+/// to `kv.db` before any lease is given (LOCK-02).
+pub(crate) fn next_epoch(dir: &Path, clock_ms: Option<u64>) -> Result<u64> {
+    let mut db = rusqlite::Connection::open(dir.join("kv.db"))?;
+    db.pragma_update(None, "synchronous", "FULL")?;
+    db.busy_timeout(Duration::from_secs(5))?;
+    let tx = db.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    tx.execute("create table if not exists kv (key text primary key, value any not null)", [])?;
+    let prev: Option<i64> = tx
+        .query_row("select value from kv where key = 'epoch'", [], |r| r.get(0))
+        .map(Some)
+        .or_else(|e| if e == rusqlite::Error::QueryReturnedNoRows { Ok(None) } else { Err(e) })?;
+    let now = clock_ms.unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0));
+    let epoch = match prev {
+        Some(p) => now.max(p as u64 + 1),
+        None => now.max(1),
+    };
+    tx.execute("insert into kv (key, value) values ('epoch', ?1) on conflict (key) do update set value = excluded.value", [epoch as i64])?;
+    tx.commit()?;
+    Ok(epoch)
+}
+
+
+/// True where an owner holds `<dir>/owner.lock` on this machine.
+pub(crate) fn owner_lock_held_here(dir: &Path) -> bool {
+    let path = dir.join("owner.lock");
+    File::open(&path).is_ok_and(|f| matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)))
+}

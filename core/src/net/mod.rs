@@ -1,0 +1,10 @@
+//! The network layer: the wire's frames and messages, socket I/O, TLS,
+//! spinning, the owner's files, the server and the client.
+
+pub(crate) mod client;
+pub(crate) mod files;
+pub(crate) mod server;
+pub(crate) mod socket;
+pub mod spin;
+pub(crate) mod tls;
+pub mod wire;

@@ -1,0 +1,314 @@
+//! One client's connection as the server serves it: its role, session and
+//! subscriptions, and one function per request kind (docs/wire.md).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{ConnInfo, Forwarder, Outbox, Role, Server, Tokens, answer_err, answer_ok, answer_queued};
+use crate::engine::Engine;
+use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::key::Key;
+use crate::base::limits::{check_name, check_positive, check_ttl};
+use crate::engine::channels::{Missed, MissedReason, Resume, Scope};
+use crate::engine::locks::{Holder, Kind, OnGrant, Queued, Terms};
+use crate::net::wire::{self, AcquireOk, HelloOk, Request, SubscribeOk, need};
+use crate::runtime;
+
+pub(super) struct ServedConnection {
+    pub(super) server: Arc<Server>,
+    pub(super) out: Arc<Outbox>,
+    pub(super) id: u64,
+    pub(super) address: String,
+    pub(super) session: Option<String>,
+    pub(super) role: Option<Role>,
+    pub(super) tokens: Option<Arc<Tokens>>,
+    pub(super) subs: HashMap<u64, Arc<Forwarder>>,
+    /// Subscriptions its publishes woke, forwarded before its answers leave.
+    pub(super) woken: Vec<Arc<dyn runtime::RunOnWaker>>,
+}
+
+impl ServedConnection {
+    fn need_role(&self, role: Role, op: &str) -> Result<()> {
+        match self.role {
+            None => Err(Error::new(ErrorKind::Protocol, "say hello first: the first request of a connection is {\"op\":\"hello\",...}")),
+            Some(r) if r >= role => Ok(()),
+            Some(_) => Err(Error::new(ErrorKind::Auth, format!("this token may not {op}: use a token with the {role:?} role"))),
+        }
+    }
+
+    /// Answers one request; an error is answered by the caller.
+    pub(super) fn handle(&mut self, r: Request<'_>) -> Result<()> {
+        let engine = self.server.engine()?;
+        match r.op.as_ref() {
+            "hello" => self.hello(&engine, r),
+            "publish" => self.publish(&engine, r),
+            "subscribe" => self.subscribe(&engine, r),
+            "unsubscribe" => self.unsubscribe(r),
+            "acquire" => self.acquire(&engine, r),
+            "renew" | "release" => self.renew_or_release(r),
+            "cancel" => self.cancel(r),
+            "declare" => self.declare(&engine, r),
+            "status" => self.status(&engine, r),
+            "shutdown" => self.shutdown(r),
+            "ping" => {
+                answer_ok(&self.out, r.id, &());
+                Ok(())
+            }
+            other => Err(Error::invalid(format!(
+                "unknown op {other:?}: use hello, publish, subscribe, unsubscribe, declare, acquire, cancel, renew, release, ping, status or shutdown"
+            ))),
+        }
+    }
+
+    fn hello(&mut self, engine: &Engine, r: Request<'_>) -> Result<()> {
+        let (id, op) = (r.id, r.op.as_ref());
+        let v = need(r.version, op, "version")?;
+        if v != wire::PROTOCOL_VERSION {
+            return Err(Error::new(
+                ErrorKind::Protocol,
+                format!("this store speaks protocol version {}, the client {v}: use the same tinystore version on both sides", wire::PROTOCOL_VERSION),
+            ));
+        }
+        self.role = Some(match &self.tokens {
+            None => Role::Admin, // the Unix socket is owner-only
+            Some(t) => t.check(r.token.as_deref())?,
+        });
+        self.session = Some(need(r.session, op, "session")?);
+        let client = r.client.unwrap_or_default();
+        self.server.conns.lock().insert(
+            self.id,
+            ConnInfo { id: self.id, client, address: self.address.clone(), since_ms: 0, since: Instant::now(), out: Arc::downgrade(&self.out) },
+        );
+        answer_ok(
+            &self.out,
+            id,
+            &HelloOk { version: wire::PROTOCOL_VERSION, epoch: engine.epoch(), dir: self.server.dir.display().to_string(), pid: std::process::id() },
+        );
+        Ok(())
+    }
+
+    fn publish(&mut self, engine: &Engine, r: Request<'_>) -> Result<()> {
+        let (id, op) = (r.id, r.op.as_ref());
+        self.need_role(Role::Data, "publish")?;
+        let channel = need(r.channel, op, "channel")?;
+        let branch = r.branch.unwrap_or_default();
+        let data = need(r.data, op, "data")?;
+        runtime::collect_woken(&mut self.woken, || engine.publish(&channel, &branch, data.get().as_bytes().into()))?;
+        answer_ok(&self.out, id, &());
+        Ok(())
+    }
+
+    fn subscribe(&mut self, engine: &Engine, r: Request<'_>) -> Result<()> {
+        let (id, op) = (r.id, r.op.as_ref());
+        self.need_role(Role::Read, "subscribe")?;
+        let sub_id = need(r.sub, op, "sub")?;
+        let channel = need(r.channel, op, "channel")?;
+        let branch = r.branch.unwrap_or_default();
+        if self.subs.contains_key(&sub_id) {
+            return Err(Error::invalid(format!("subscription {sub_id} already exists on this connection: pick a new number")));
+        }
+        let scope = if r.recursive.unwrap_or(false) { Scope::Recursive } else { Scope::Branch };
+        let epoch = engine.epoch();
+        let resume = r.resume.filter(|x| x.epoch == epoch).map(|x| x.at());
+        let sub = engine.subscribe(&channel, &branch, scope, resume)?;
+        if r.resume.is_some_and(|x| x.epoch != epoch) {
+            // The store restarted: what was published meanwhile is unknown.
+            sub.tell_first(Missed { count: None, reason: MissedReason::Reconnect });
+        }
+        let at: Resume = sub.resume_point();
+        answer_ok(&self.out, id, &SubscribeOk { epoch, log: at.log, next: at.next });
+        self.subs.insert(sub_id, Forwarder::start(sub, sub_id, self.out.clone()));
+        Ok(())
+    }
+
+    fn unsubscribe(&mut self, r: Request<'_>) -> Result<()> {
+        let (id, op) = (r.id, r.op.as_ref());
+        let sub_id = need(r.sub, op, "sub")?;
+        if let Some(f) = self.subs.remove(&sub_id) {
+            f.stop();
+        }
+        answer_ok(&self.out, id, &());
+        Ok(())
+    }
+
+    fn acquire(&mut self, engine: &Engine, r: Request<'_>) -> Result<()> {
+        let (id, op) = (r.id, r.op.as_ref());
+        self.need_role(Role::Data, "hold keys")?;
+        let lock = need(r.lock, op, "lock")?;
+        let key: Key = need(r.key, op, "key")?;
+        key.check()?;
+        let hold = need(r.hold, op, "hold")?;
+        let ttl = check_ttl(Duration::from_millis(need(r.ttl_ms, op, "ttl_ms")?))?;
+        let max_hold = r.max_hold_ms.map(|m| check_positive("maxHold", Duration::from_millis(m))).transpose()?;
+        let wait = match r.wait_ms.unwrap_or(0) {
+            0 => Duration::ZERO,
+            ms => check_positive("wait", Duration::from_millis(ms))?,
+        };
+        let kind = Kind::from_wire(r.limit);
+        check_name(if kind == Kind::Lock { "lock" } else { "semaphore" }, &lock)?;
+        let table = engine.lock_table(&lock, kind)?;
+        let session = self.session.clone().expect("hello was said");
+        // A retried hold gets the lease it already has (LOCK-08).
+        let existing = self.server.holds.lock().get(&(session.clone(), hold)).copied();
+        if let Some(lid) = existing {
+            let mut leases = self.server.leases.lock();
+            if let Some(l) = leases.get_mut(&lid) {
+                l.out = Arc::downgrade(&self.out);
+                answer_ok(&self.out, id, &AcquireOk { lease: Some(lid), fence: l.raw.fence(), waited_ms: 0 });
+                return Ok(());
+            }
+        }
+        let holder = Holder(holder_id(&session, r.holder.unwrap_or(0)));
+        let terms = Terms { ttl: Some(ttl), max_hold };
+        if wait.is_zero() {
+            let ok = match table.try_acquire(key, holder, terms)? {
+                Some(raw) => self.server.grant(raw, &session, hold, &self.out, Duration::ZERO),
+                None => AcquireOk { lease: None, fence: None, waited_ms: 0 },
+            };
+            answer_ok(&self.out, id, &ok);
+            return Ok(());
+        }
+        // Free now: answered at once. Else in line: the grant is
+        // answered from where the key is let go, with no task between.
+        let (server, out, key2, started) = (self.server.clone(), self.out.clone(), key.clone(), Instant::now());
+        let on_grant: OnGrant = Box::new(move |r| {
+            out.leave_line(hold);
+            match r {
+                Ok(raw) => {
+                    // A waiter whose client went silent for its ttl (a
+                    // frozen process) or went away is passed over (LOCK-03),
+                    // and told so if it is still there.
+                    if out.closed.load(Ordering::Acquire) || out.last_heard.lock().elapsed() > ttl {
+                        let e = Error::new(
+                            ErrorKind::Timeout,
+                            format!(
+                                "the key's turn came while this process had been silent for longer than its ttl of {} (frozen?), so it went to the next waiter: nothing ran; hold again",
+                                crate::base::limits::format_duration(ttl)
+                            ),
+                        );
+                        answer_err(&out, id, &e);
+                        return Some(raw);
+                    }
+                    let ok = server.grant(raw, &session, hold, &out, started.elapsed());
+                    answer_queued(&out, id, &ok);
+                }
+                Err(e) => answer_err(&out, id, &e),
+            }
+            None
+        });
+        match table.acquire_or_queue(&key, holder, terms, wait, on_grant)? {
+            Queued::Now(raw) => {
+                let session = self.session.clone().expect("hello was said");
+                let ok = self.server.grant(raw, &session, hold, &self.out, Duration::ZERO);
+                answer_ok(&self.out, id, &ok);
+            }
+            Queued::InLine(waiter) => {
+                self.out.wait_in_line(hold, (table.clone(), key2.clone(), waiter));
+                // Served in between: its callback found nothing to remove.
+                if !table.is_waiting(&key2, waiter) {
+                    self.out.leave_line(hold);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn renew_or_release(&mut self, r: Request<'_>) -> Result<()> {
+        let (id, op) = (r.id, r.op.as_ref());
+        self.need_role(Role::Data, "hold keys")?;
+        let lid = need(r.lease, op, "lease")?;
+        let not_held = || {
+            Error::lost(format!("lease {lid} is not held: it ran out, was released, or the store restarted; take the key again"))
+        };
+        let mut leases = self.server.leases.lock();
+        let Some(l) = leases.get_mut(&lid) else { return Err(not_held()) };
+        if r.fence.is_some() && r.fence != l.raw.fence() {
+            return Err(not_held());
+        }
+        if op == "renew" {
+            l.out = Arc::downgrade(&self.out);
+            let renewed = l.raw.renew();
+            drop(leases);
+            renewed?;
+        } else {
+            let l = leases.remove(&lid).expect("looked up");
+            drop(leases);
+            self.server.holds.lock().remove(&(l.session.clone(), l.hold));
+            l.raw.release()?;
+        }
+        if r.quiet != Some(true) {
+            answer_ok(&self.out, id, &());
+        }
+        Ok(())
+    }
+
+    fn cancel(&mut self, r: Request<'_>) -> Result<()> {
+        let (id, op) = (r.id, r.op.as_ref());
+        // The client gave up on a hold (a cancelled task): leave the
+        // line, or let go of what was granted meanwhile (LOCK-04).
+        let hold = need(r.hold, op, "hold")?;
+        if let Some((table, key, waiter)) = self.out.leave_line(hold) {
+            table.leave_queue(&key, waiter);
+        }
+        let session = self.session.clone().unwrap_or_default();
+        let granted = self.server.holds.lock().remove(&(session, hold));
+        if let Some(lid) = granted {
+            let l = self.server.leases.lock().remove(&lid);
+            if let Some(l) = l {
+                let _ = l.raw.release();
+            }
+        }
+        answer_ok(&self.out, id, &());
+        Ok(())
+    }
+
+    fn declare(&mut self, engine: &Engine, r: Request<'_>) -> Result<()> {
+        let (id, op) = (r.id, r.op.as_ref());
+        // A handle is made: a semaphore's limit is the semaphore's (LOCK-08).
+        self.need_role(Role::Read, "open locks")?;
+        let lock = need(r.lock, op, "lock")?;
+        let kind = Kind::from_wire(r.limit);
+        check_name(if kind == Kind::Lock { "lock" } else { "semaphore" }, &lock)?;
+        engine.lock_table(&lock, kind)?;
+        answer_ok(&self.out, id, &());
+        Ok(())
+    }
+
+    fn status(&mut self, engine: &Engine, r: Request<'_>) -> Result<()> {
+        let id = r.id;
+        self.need_role(Role::Read, "read status")?;
+        let mut v = serde_json::to_value(engine.status(&self.server.dir)?).unwrap_or_default();
+        v["connections"] = self.server.connections();
+        answer_ok(&self.out, id, &v);
+        Ok(())
+    }
+
+    fn shutdown(&mut self, r: Request<'_>) -> Result<()> {
+        let id = r.id;
+        self.need_role(Role::Admin, "stop the store")?;
+        let n = self.server.shutdown.lock().clone();
+        match n {
+            Some(n) => {
+                answer_ok(&self.out, id, &());
+                n.notify_one();
+            }
+            None => {
+                return Err(Error::invalid(
+                    "this store is owned by an application process, not `tinystore serve`: stop that process instead",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+}
+
+fn holder_id(session: &str, holder: u64) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = foldhash::quality::FixedState::with_seed(7).build_hasher();
+    session.hash(&mut h);
+    holder.hash(&mut h);
+    h.finish() | 1
+}

@@ -1,0 +1,395 @@
+//! The wire: length-prefixed JSON frames between a client and the owner.
+//!
+//! A frame is a 4-byte big-endian length, then one JSON object. The client
+//! speaks first with `hello`; every request carries an `id` that its answer
+//! echoes; the server pushes subscription events and lease losses unasked.
+//! Fences travel as decimal strings. See `docs/wire.md`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::engine::channels::{Missed, Resume};
+use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::fence::Fence;
+use crate::base::key::Key;
+use crate::base::limits::MAX_MESSAGE_BYTES;
+
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// The largest frame either side accepts: a largest message plus room for
+/// its envelope. A larger one closes the connection that sent it.
+pub const MAX_FRAME_BYTES: usize = MAX_MESSAGE_BYTES + 64 * 1024;
+
+/// A request from a client: `id`, `op`, and the fields the op needs.
+///
+/// One flat shape serves every op, so a message's JSON (`data`) passes
+/// through without being parsed again. Unknown fields are refused.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request<'a> {
+    /// Echoed by the answer.
+    pub id: u64,
+    /// `hello`, `publish`, `subscribe`, `unsubscribe`, `acquire`, `renew`,
+    /// `release`, `ping`, `status` or `shutdown`.
+    pub op: std::borrow::Cow<'a, str>,
+    /// hello: the protocol version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u32>,
+    /// hello: the client's name, shown by `status`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// hello: identifies the client across reconnects (retry-safe holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// hello: the token (TCP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// publish, subscribe: the channel's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    /// publish, subscribe: the branch's path of keys (strings or integers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<Vec<Key>>,
+    /// publish: the message, any JSON (`null` too: present, not missing).
+    #[serde(default, borrow, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub data: Option<&'a RawValue>,
+    /// subscribe, unsubscribe: the subscription's number, chosen by the client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub: Option<u64>,
+    /// subscribe: also every branch below.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recursive: Option<bool>,
+    /// subscribe: go on from here after a reconnect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<WireResume>,
+    /// acquire: the lock's or semaphore's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<String>,
+    /// acquire: a semaphore's limit; absent or 0 for a lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// acquire: the key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<Key>,
+    /// acquire: who holds, within the session (LOCK-08 re-entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<u64>,
+    /// acquire: unique per session, so a retried hold gets the same lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<u64>,
+    /// acquire: the lease's ttl in milliseconds (1,000 to 3,600,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// acquire: maxHold in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_hold_ms: Option<u64>,
+    /// acquire: how long to wait in milliseconds; 0 tries once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+    /// renew, release: the lease's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<u64>,
+    /// renew, release: the lease's fence, checked against the lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<Fence>,
+    /// release: `true` when the client wants no answer (it does not wait
+    /// for one); the store then sends none, not even an error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiet: Option<bool>,
+}
+
+impl<'a> Request<'a> {
+    /// A request of `op` with id `id` and no fields yet.
+    pub fn new(id: u64, op: &'static str) -> Request<'a> {
+        Request { id, op: op.into(), ..Default::default() }
+    }
+}
+
+/// Takes a required field, or says which one is missing.
+pub fn need<T>(v: Option<T>, op: &str, field: &str) -> Result<T> {
+    v.ok_or_else(|| Error::invalid(format!("op {op:?} needs the field {field:?}; see docs/wire.md")))
+}
+
+/// Where a subscription goes on after a reconnect.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct WireResume {
+    /// The epoch of the store that gave `at`.
+    pub epoch: u64,
+    /// The log and position.
+    pub log: u64,
+    /// The next position to read.
+    pub next: u64,
+}
+
+impl WireResume {
+    /// The engine's resume point.
+    pub fn at(&self) -> Resume {
+        Resume { log: self.log, next: self.next }
+    }
+}
+
+/// A frame from the server: the answer to request `id` (with `ok` or
+/// `err`), or an event `ev` pushed unasked.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Reply<'a> {
+    /// The request this answers; absent on events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    /// The answer's value.
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    pub ok: Option<&'a RawValue>,
+    /// The answer's error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub err: Option<WireError>,
+    /// `msg`, `missed`, `end`, `lost` or `closing`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ev: Option<std::borrow::Cow<'a, str>>,
+    /// msg, missed, end: the subscription's number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub: Option<u64>,
+    /// msg: the message's branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<Vec<Key>>,
+    /// msg: its sequence in the branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    /// msg, missed: where a resume would go on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<u64>,
+    /// msg: the message.
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    pub data: Option<&'a RawValue>,
+    /// missed: how many and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missed: Option<Missed>,
+    /// An answer to a hold granted after waiting in line: the client had
+    /// to wait for another holder, so it stops spinning ([`crate::net::spin`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub queued: bool,
+    /// lost: the lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<u64>,
+    /// lost: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// An error on the wire: a code and a message.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WireError {
+    /// The error's code (`timeout`, `invalid`, ...).
+    pub code: String,
+    /// What was wrong and what to do.
+    pub message: String,
+}
+
+impl From<&Error> for WireError {
+    fn from(e: &Error) -> WireError {
+        WireError { code: e.code().to_owned(), message: e.message().to_owned() }
+    }
+}
+
+impl From<WireError> for Error {
+    fn from(w: WireError) -> Error {
+        Error::new(ErrorKind::from_code(&w.code).unwrap_or(ErrorKind::Protocol), w.message)
+    }
+}
+
+/// The answer to `hello`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HelloOk {
+    /// The protocol version.
+    pub version: u32,
+    /// The store's epoch.
+    pub epoch: u64,
+    /// The store directory, absolute.
+    pub dir: String,
+    /// The owner's process id.
+    pub pid: u32,
+}
+
+/// The answer to `acquire`: `lease` is absent when a try found the key held.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AcquireOk {
+    /// The lease's id; absent when a try found the key held.
+    pub lease: Option<u64>,
+    /// The lease's fence (none for a permit).
+    #[serde(default)]
+    pub fence: Option<Fence>,
+    /// How long the request waited in line before the grant.
+    #[serde(default)]
+    pub waited_ms: u64,
+}
+
+/// The answer to `subscribe`: where the subscription reads, for a resume.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubscribeOk {
+    /// The store's epoch.
+    pub epoch: u64,
+    /// The log the subscription reads.
+    pub log: u64,
+    /// The next position it reads.
+    pub next: u64,
+}
+
+/// Appends one frame (length, then the JSON of `v`) to `out`.
+pub fn encode<T: Serialize>(v: &T, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    serde_json::to_writer(&mut *out, v).expect("wire values serialize");
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+/// One frame's JSON, as bytes.
+pub fn frame<T: Serialize>(v: &T) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    encode(v, &mut out);
+    out
+}
+
+/// The length of the frame at the start of `avail` once all of it is
+/// there; an error for a frame over [`MAX_FRAME_BYTES`], known from its
+/// length alone.
+pub(crate) fn whole_frame(avail: &[u8]) -> Option<Result<usize>> {
+    let len = u32::from_be_bytes(avail.get(..4)?.try_into().expect("4 bytes")) as usize;
+    if len > MAX_FRAME_BYTES {
+        return Some(Err(Error::new(ErrorKind::Protocol, format!("a frame of {len} bytes is over the limit of {MAX_FRAME_BYTES}"))));
+    }
+    (avail.len() >= 4 + len).then_some(Ok(len))
+}
+
+/// Reads frames from a byte stream.
+pub struct FrameReader<R> {
+    inner: R,
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> FrameReader<R> {
+    /// Reads frames from `inner`.
+    pub fn new(inner: R) -> FrameReader<R> {
+        FrameReader { inner, buf: Vec::with_capacity(64 * 1024), start: 0 }
+    }
+
+    /// The stream underneath.
+    pub fn get_mut(&mut self) -> &mut R {
+        &mut self.inner
+    }
+
+    /// True when a whole frame is already read and waits in the buffer.
+    pub fn has_frame(&self) -> bool {
+        whole_frame(&self.buf[self.start..]).is_some()
+    }
+
+    /// The next frame's JSON; `Ok(None)` at a clean end of the stream.
+    /// Errors with `protocol` for a frame over [`MAX_FRAME_BYTES`] or a
+    /// stream cut inside a frame.
+    pub async fn next(&mut self) -> Result<Option<&[u8]>> {
+        use tokio::io::AsyncReadExt;
+        loop {
+            if let Some(len) = whole_frame(&self.buf[self.start..]) {
+                let len = len?;
+                let s = self.start + 4;
+                self.start += 4 + len;
+                return Ok(Some(&self.buf[s..s + len]));
+            }
+            if self.start > 0 {
+                self.buf.drain(..self.start);
+                self.start = 0;
+            }
+            if self.buf.capacity() - self.buf.len() < 16 * 1024 {
+                self.buf.reserve(64 * 1024);
+            }
+            let n = self.inner.read_buf(&mut self.buf).await.map_err(|e| Error::io("reading from the connection", e))?;
+            if n == 0 {
+                if self.buf.is_empty() {
+                    return Ok(None);
+                }
+                return Err(Error::new(ErrorKind::Protocol, "the connection ended inside a frame"));
+            }
+        }
+    }
+}
+
+/// Parses an address: `unix:PATH`, `tcp:HOST:PORT` or `tls:HOST:PORT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Address {
+    /// A Unix socket at this path.
+    Unix(std::path::PathBuf),
+    /// A TCP host and port, plain: for loopback or a trusted network.
+    Tcp(String),
+    /// A TCP host and port speaking TLS: the owner needs a certificate and
+    /// key, a client the CA that signed that certificate (see docs/wire.md).
+    Tls(String),
+}
+
+impl Address {
+    /// Parses `unix:PATH`, `tcp:HOST:PORT` or `tls:HOST:PORT`; errors with
+    /// `invalid` and examples.
+    pub fn parse(s: &str) -> Result<Address> {
+        let host_port = |hp: &str| hp.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+        if let Some(p) = s.strip_prefix("unix:") {
+            if !p.is_empty() {
+                return Ok(Address::Unix(p.into()));
+            }
+        } else if let Some(hp) = s.strip_prefix("tcp:")
+            && host_port(hp)
+        {
+            return Ok(Address::Tcp(hp.to_owned()));
+        } else if let Some(hp) = s.strip_prefix("tls:")
+            && host_port(hp)
+        {
+            return Ok(Address::Tls(hp.to_owned()));
+        }
+        Err(Error::invalid(format!(
+            "address {s:?} is not understood: write unix:PATH (like unix:data/tinystore.sock), tcp:HOST:PORT (like tcp:127.0.0.1:7070) or tls:HOST:PORT (like tls:db.example.com:7443)"
+        )))
+    }
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Address::Unix(p) => write!(f, "unix:{}", p.display()),
+            Address::Tcp(hp) => write!(f, "tcp:{hp}"),
+            Address::Tls(hp) => write!(f, "tls:{hp}"),
+        }
+    }
+}
+
+/// A field that is there, even as `null`: `Some`; serde's `Option` would
+/// read `null` as absent, and a message of `null` is a message.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue as Deserialize>::deserialize(d).map(Some)
+}
+
+/// Decodes `bytes` as a stream of frames the way both ends do: each frame
+/// as a request (with its keys checked, as the server does before acting)
+/// and as an answer or event (as the client does). Never panics; gives how
+/// many frames parsed as requests. The entry point of the fuzz target in
+/// `core/fuzz` (WIRE-01), and of the decoder test beside it.
+#[doc(hidden)]
+pub fn fuzz_decode(bytes: &[u8]) -> usize {
+    let mut reader = FrameReader::new(bytes);
+    let mut requests = 0;
+    futures::executor::block_on(async {
+        while let Ok(Some(frame)) = reader.next().await {
+            if let Ok(r) = serde_json::from_slice::<Request>(frame) {
+                requests += 1;
+                if let Some(k) = &r.key {
+                    let _ = k.check();
+                }
+                for k in r.branch.iter().flatten() {
+                    let _ = k.check();
+                }
+                if let Some(c) = &r.channel {
+                    let _ = crate::base::limits::check_name("channel", c);
+                }
+            }
+            let _ = serde_json::from_slice::<Reply>(frame);
+        }
+    });
+    requests
+}
