@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::api::backend::LockBackend;
 use crate::api::lease::RawLease;
 use crate::engine::locks::{Holder, Kind, Terms};
-use crate::base::error::{Error, Result};
+use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::fence::Fence;
 use crate::base::key::Key;
 use crate::base::limits::{DEFAULT_TTL, DEFAULT_WAIT, check_name, check_positive, check_ttl};
@@ -555,7 +555,7 @@ impl LockHandle {
                     match task.await {
                         Ok(Ok(raw)) => return Ok(raw),
                         // A conflict is final; anything else is asked once more, now.
-                        Ok(Err(e)) if e.kind() == crate::ErrorKind::Conflict => return Err(e),
+                        Ok(Err(e)) if e.kind() == ErrorKind::Conflict => return Err(e),
                         Ok(Err(_)) | Err(_) => {}
                     }
                 }
