@@ -74,12 +74,14 @@ typedef struct TsCancel TsCancel;
 typedef struct TsDb TsDb;
 
 /**
- * A lease (or a semaphore's permit), held until [`ts_lease_release`].
+ * A lease (or a semaphore's permit), held until [`ts_lease_end`]: its
+ * state and end are the core's [`HeldLease`].
  */
 typedef struct TsLease TsLease;
 
 /**
- * A lock or semaphore handle.
+ * A lock or semaphore handle: the core's [`LockHandle`], declared when
+ * opened.
  */
 typedef struct TsLock TsLock;
 
@@ -223,6 +225,41 @@ typedef struct TsRowsView {
   size_t buf_len;
 } TsRowsView;
 
+/**
+ * The options of [`ts_store_connect`]. Each option not given keeps the
+ * core's default.
+ */
+typedef struct TsConnectOptions {
+  /**
+   * The token (when `has_token` is not 0) instead of `TINYSTORE_TOKEN`.
+   */
+  const uint8_t *token;
+  /**
+   * Its length in bytes.
+   */
+  size_t token_len;
+  /**
+   * 1 when `token` is given.
+   */
+  uint8_t has_token;
+  /**
+   * The CA's PEM file (when `has_ca_file` is not 0) instead of `TINYSTORE_CA`.
+   */
+  const uint8_t *ca_file;
+  /**
+   * Its length in bytes.
+   */
+  size_t ca_file_len;
+  /**
+   * 1 when `ca_file` is given.
+   */
+  uint8_t has_ca_file;
+  /**
+   * How long a request may go unanswered, in milliseconds; 0 keeps 10 s.
+   */
+  uint64_t request_timeout_ms;
+} TsConnectOptions;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -235,17 +272,26 @@ struct TsCancel *ts_cancel_new(void);
 /**
  * Fires the switch: a call waiting with it ends with the code `cancelled`
  * (or with its own result, if that came first). Any thread; idempotent.
+ *
+ * # Safety
+ * `c` is null or live.
  */
 void ts_cancel_fire(const struct TsCancel *c);
 
 /**
  * Frees the switch, once no call uses it.
+ *
+ * # Safety
+ * `c` is null or live, and no call still waits with it.
  */
 void ts_cancel_free(struct TsCancel *c);
 
 /**
  * Checks a channel handle can be made: the name is in rule and the store
  * open (`store.channel(name).open()`). Errors: `invalid`, `closed`.
+ *
+ * # Safety
+ * `s` is live; `(name, name_len)` readable; `err` writable.
  */
 int32_t ts_channel_check(const struct TsStore *s,
                          const uint8_t *name,
@@ -255,9 +301,13 @@ int32_t ts_channel_check(const struct TsStore *s,
 /**
  * Publishes `data` (the JSON of a value) to the branch `keys` of
  * `channel`. Errors: `invalid` (name, key), `limit` (over 1 MiB), `closed`,
- * `cancelled`. The caller calls [`ts_hub_try`](crate::hub::ts_hub_try)
+ * `cancelled`. The caller calls [`ts_completions_try`](crate::completions::ts_completions_try)
  * right after: what this call read for the caller's subscriptions is
- * signalled there, not to [`ts_hub_wait`](crate::hub::ts_hub_wait).
+ * signalled there, not to [`ts_completions_wait`](crate::completions::ts_completions_wait).
+ *
+ * # Safety
+ * `s` and `cancel` (or null) are live; `(channel, channel_len)`, `(keys, nkeys)`,
+ * `(buf, buf_len)` and `(data, data_len)` readable; `err` writable.
  */
 int32_t ts_publish(const struct TsStore *s,
                    const uint8_t *channel,
@@ -277,6 +327,10 @@ int32_t ts_publish(const struct TsStore *s,
  * gets every message published after. When it has something to read, or
  * ends, `token` is pushed on the completion queue. Errors: `invalid`,
  * `limit` (10,000 subscriptions), `closed`, `cancelled`.
+ *
+ * # Safety
+ * `s` and `cancel` (or null) are live; `(channel, channel_len)`, `(keys, nkeys)` and
+ * `(buf, buf_len)` readable; `out` and `err` writable.
  */
 int32_t ts_subscribe(const struct TsStore *s,
                      const uint8_t *channel,
@@ -299,6 +353,10 @@ int32_t ts_subscribe(const struct TsStore *s,
  * is 1 once the subscription is stopped or its store closed and nothing is
  * left to read (it may come with the last events). The events stay valid
  * until the next call on this subscription.
+ *
+ * # Safety
+ * `sub` is live; `events`, `n`, `ended` and `err` writable. The events are
+ * read only until the next call of this function or [`ts_sub_free`] on `sub`.
  */
 int32_t ts_sub_next(const struct TsSub *sub,
                     size_t max,
@@ -310,32 +368,59 @@ int32_t ts_sub_next(const struct TsSub *sub,
 /**
  * Stops the subscription: nothing more is read, and its token is pushed
  * once more so its reader sees it ended. Any thread; idempotent.
+ *
+ * # Safety
+ * `sub` is null or live.
  */
 void ts_sub_stop(const struct TsSub *sub);
 
 /**
  * Stops (if needed) and frees the subscription.
+ *
+ * # Safety
+ * `sub` is null or live; its events are not read after.
  */
 void ts_sub_free(struct TsSub *sub);
 
 /**
+ * Runs the `tinystore` command (`tinystore::cli::run`) on this thread
+ * until it is done and returns its exit status. `args` holds `args_len`
+ * bytes: each argument followed by a NUL byte, the program's name first.
+ * A panic gives 70. The command takes SIGINT, SIGTERM and SIGHUP over
+ * from the Go runtime (see `tinystore::cli::run`).
+ *
+ * # Safety
+ * `(args, args_len)` readable.
+ */
+int32_t ts_cli(const uint8_t *args, size_t args_len);
+
+/**
  * Frees an error a call stored in `*err`. Null is fine.
+ *
+ * # Safety
+ * `err` is null or an error this library stored in a caller's `*err`, not freed before.
  */
 void ts_error_free(struct TsError *err);
 
 /**
  * Moves up to `max` tokens to `out` without waiting; returns how many.
  * Called after a call made with [`deferring`] (publish).
+ *
+ * # Safety
+ * `out` is null or points to room for `max` tokens.
  */
-size_t ts_hub_try(uint64_t *out, size_t max);
+size_t ts_completions_try(uint64_t *out, size_t max);
 
 /**
  * Waits until tokens are on the completion queue, then moves up to `max` of
  * them to `out` (oldest first) and returns how many. Waits at most
  * `timeout_ms` milliseconds (forever when negative); returns 0 on timeout.
  * A token may come more than once: the caller treats each as "look again".
+ *
+ * # Safety
+ * `out` is null or points to room for `max` tokens.
  */
-size_t ts_hub_wait(uint64_t *out, size_t max, int64_t timeout_ms);
+size_t ts_completions_wait(uint64_t *out, size_t max, int64_t timeout_ms);
 
 /**
  * Opens the lock `name` (`semaphore` 0) or the semaphore `name` of `limit`
@@ -343,6 +428,10 @@ size_t ts_hub_wait(uint64_t *out, size_t max, int64_t timeout_ms);
  * builders do. Errors: `invalid` (name, ttl outside 1 s to 1 h, a zero wait
  * or maxHold, a limit of 0), `conflict` (the name is of another kind or
  * limit), `closed`.
+ *
+ * # Safety
+ * `s` is live; `(name, name_len)` readable; `opts` null or readable; `out` and
+ * `err` writable.
  */
 int32_t ts_lock_open(const struct TsStore *s,
                      const uint8_t *name,
@@ -355,6 +444,9 @@ int32_t ts_lock_open(const struct TsStore *s,
 
 /**
  * Frees a lock handle (leases taken through it stay held until released).
+ *
+ * # Safety
+ * `l` is null or live.
  */
 void ts_lock_free(struct TsLock *l);
 
@@ -372,6 +464,10 @@ uint64_t ts_holder_unique(void);
  * `timeout` (nothing was taken), `conflict` (this holder already holds or
  * waits for the key), `invalid` (key), `closed`, `cancelled` (the wait was
  * left; nothing is held).
+ *
+ * # Safety
+ * `l` and `cancel` (or null) are live; `key` points to one readable value whose
+ * text lies in the readable `(buf, buf_len)`; `out` and `err` writable, `fence` null or writable.
  */
 int32_t ts_lock_hold(const struct TsLock *l,
                      const struct TsValue *key,
@@ -389,6 +485,9 @@ int32_t ts_lock_hold(const struct TsLock *l,
  * is the lease, or null when the key is held. Over a connection it waits
  * for the owner's answer, which `cancel` (or null) ends with `cancelled`
  * (nothing is held then). Otherwise as [`ts_lock_hold`].
+ *
+ * # Safety
+ * As [`ts_lock_hold`].
  */
 int32_t ts_lock_try_hold(const struct TsLock *l,
                          const struct TsValue *key,
@@ -403,12 +502,32 @@ int32_t ts_lock_try_hold(const struct TsLock *l,
 
 /**
  * 1 once the lease was lost (maxHold, ttl, the store closed).
+ *
+ * # Safety
+ * `lease` is null or live.
  */
 uint8_t ts_lease_is_lost(const struct TsLease *lease);
 
 /**
- * Lets the key go and frees the lease. Errors with `lost` when the lease
- * had been lost: a release never pretends a lost lease was held (LOCK-04).
+ * Ends the hold and frees the lease: the error its function's caller gets
+ * besides the function's own. Errors with `lost` when the lease had been
+ * lost while the function ran and `body_failed` is 0 (the function
+ * returned no error); when it is 1 the function's error wins and this
+ * succeeds (LOCK-04, the core's rule).
+ *
+ * # Safety
+ * `lease` is null or live; it is freed by this call, whatever its result.
+ * `err` writable.
+ */
+int32_t ts_lease_end(struct TsLease *lease, uint8_t body_failed, struct TsError **err);
+
+/**
+ * Lets the key go and frees the lease: [`ts_lease_end`] of a function that
+ * returned no error. Errors with `lost` when the lease had been lost: a
+ * release never pretends a lost lease was held (LOCK-04).
+ *
+ * # Safety
+ * As [`ts_lease_end`].
  */
 int32_t ts_lease_release(struct TsLease *lease, struct TsError **err);
 
@@ -417,6 +536,10 @@ int32_t ts_lease_release(struct TsLease *lease, struct TsError **err);
  * files of `migrations` (unless `migrations_len` is 0) in order, once each.
  * `busy_ns` (when `has_busy` is 1) is how long a writer waits for another.
  * Errors: `invalid`, `sql`, `io`, `busy`, `closed`.
+ *
+ * # Safety
+ * `s` is live; `(name, name_len)` and `(migrations, migrations_len)` readable;
+ * `out` and `err` writable.
  */
 int32_t ts_db_open(const struct TsStore *s,
                    const uint8_t *name,
@@ -430,11 +553,18 @@ int32_t ts_db_open(const struct TsStore *s,
 
 /**
  * Frees a database handle.
+ *
+ * # Safety
+ * `db` is null or live.
  */
 void ts_db_free(struct TsDb *db);
 
 /**
  * Runs one statement that writes. Errors: `sql`, `busy`, `invalid`, `closed`.
+ *
+ * # Safety
+ * `db` is live; `(sql, sql_len)`, `(params, nparams)` and `(buf, buf_len)`
+ * readable; `out` null or writable; `err` writable.
  */
 int32_t ts_db_exec(const struct TsDb *db,
                    const uint8_t *sql,
@@ -449,6 +579,10 @@ int32_t ts_db_exec(const struct TsDb *db,
 /**
  * Runs a query; `*out` holds its rows until [`ts_rows_free`]. Errors as
  * [`ts_db_exec`].
+ *
+ * # Safety
+ * `db` is live; `(sql, sql_len)`, `(params, nparams)` and `(buf, buf_len)`
+ * readable; `out` and `err` writable.
  */
 int32_t ts_db_query(const struct TsDb *db,
                     const uint8_t *sql,
@@ -462,22 +596,35 @@ int32_t ts_db_query(const struct TsDb *db,
 
 /**
  * Views rows; valid until [`ts_rows_free`].
+ *
+ * # Safety
+ * `rows` is live; `out` writable. The view is read only until [`ts_rows_free`].
  */
 void ts_rows_view(const struct TsRows *rows, struct TsRowsView *out);
 
 /**
  * Frees rows.
+ *
+ * # Safety
+ * `rows` is null or live; its views are not read after.
  */
 void ts_rows_free(struct TsRows *rows);
 
 /**
  * Begins a transaction; it holds the database's writer until it ends.
  * Errors: `busy`, `sql`, `closed`.
+ *
+ * # Safety
+ * `db` is live; `out` and `err` writable.
  */
 int32_t ts_db_begin(const struct TsDb *db, struct TsTx **out, struct TsError **err);
 
 /**
  * As [`ts_db_exec`], inside the transaction.
+ *
+ * # Safety
+ * `tx` is live (begun and not yet committed or rolled back); otherwise as
+ * [`ts_db_exec`].
  */
 int32_t ts_tx_exec(const struct TsTx *tx,
                    const uint8_t *sql,
@@ -491,6 +638,10 @@ int32_t ts_tx_exec(const struct TsTx *tx,
 
 /**
  * As [`ts_db_query`], inside the transaction (it sees its own writes).
+ *
+ * # Safety
+ * `tx` is live (begun and not yet committed or rolled back); otherwise as
+ * [`ts_db_query`].
  */
 int32_t ts_tx_query(const struct TsTx *tx,
                     const uint8_t *sql,
@@ -506,6 +657,10 @@ int32_t ts_tx_query(const struct TsTx *tx,
  * Holds `data` (JSON) for the branch `keys` of `channel` of the store `s`
  * until the commit; a rollback drops it (CHAN-03). Checked now: `invalid`
  * (also for a store other than the transaction's), `limit`.
+ *
+ * # Safety
+ * `tx` and `s` are live; `(channel, channel_len)`, `(keys, nkeys)`, `(buf, buf_len)`
+ * and `(data, data_len)` readable; `err` writable.
  */
 int32_t ts_tx_publish(const struct TsTx *tx,
                       const struct TsStore *s,
@@ -522,17 +677,26 @@ int32_t ts_tx_publish(const struct TsTx *tx,
 /**
  * Commits, then delivers what was published in it, in order; frees the
  * transaction. Errors: `sql`, `busy` (then nothing is delivered).
+ *
+ * # Safety
+ * `tx` is live; it is freed by this call, whatever its result. `err` writable.
  */
 int32_t ts_tx_commit(struct TsTx *tx, struct TsError **err);
 
 /**
  * Rolls back and frees the transaction: nothing written or published in it remains.
+ *
+ * # Safety
+ * `tx` is live; it is freed by this call, whatever its result. `err` writable.
  */
 int32_t ts_tx_rollback(struct TsTx *tx, struct TsError **err);
 
 /**
  * Opens (creating it if needed) the store directory `dir` and owns it
  * (`Store::open`). Blocking I/O. Errors: `owned`, `io`, `sql`.
+ *
+ * # Safety
+ * `(dir, dir_len)` readable; `out` and `err` writable.
  */
 int32_t ts_store_open(const uint8_t *dir,
                       size_t dir_len,
@@ -541,10 +705,18 @@ int32_t ts_store_open(const uint8_t *dir,
 
 /**
  * Connects to a store owned by another process at `address`
- * (`unix:PATH`, `tcp:HOST:PORT`), as `Store::connect`.
+ * (`unix:PATH`, `tcp:HOST:PORT`, `tls:HOST:PORT`), as
+ * `Store::connect_with`, with the options `opts` (null: every default).
+ * Errors: `invalid`, `io`, `auth`, `protocol`.
+ *
+ * # Safety
+ * `(address, address_len)` readable; `opts` null or readable, with its
+ * `(token, token_len)` and `(ca_file, ca_file_len)` readable where given;
+ * `out` and `err` writable.
  */
 int32_t ts_store_connect(const uint8_t *address,
                          size_t address_len,
+                         const struct TsConnectOptions *opts,
                          struct TsStore **out,
                          struct TsError **err);
 
@@ -552,6 +724,9 @@ int32_t ts_store_connect(const uint8_t *address,
  * Serves the store on one more `address` as well (`tcp:HOST:PORT` needs
  * `<dir>/tokens`), as `Store::serve`. Errors: `invalid` (the address, or a
  * connected store: only the owner serves), `io`, `auth`.
+ *
+ * # Safety
+ * `s` is live; `(address, address_len)` readable; `err` writable.
  */
 int32_t ts_store_serve(const struct TsStore *s,
                        const uint8_t *address,
@@ -564,17 +739,26 @@ int32_t ts_store_serve(const struct TsStore *s,
  * already sent get their answers first (up to 2 s); calls made meanwhile
  * fail with `closed`. Idempotent; the handle stays valid until
  * [`ts_store_free`].
+ *
+ * # Safety
+ * `s` is null or live.
  */
 void ts_store_close(const struct TsStore *s);
 
 /**
  * Frees the handle. The store closes once nothing else holds it (locks,
  * subscriptions and databases opened from it each hold it).
+ *
+ * # Safety
+ * `s` is null or live.
  */
 void ts_store_free(struct TsStore *s);
 
 /**
  * The store's epoch: the high 64 bits of every fence it gives.
+ *
+ * # Safety
+ * `s` is null or live.
  */
 uint64_t ts_store_epoch(const struct TsStore *s);
 
@@ -584,11 +768,17 @@ uint64_t ts_store_epoch(const struct TsStore *s);
  * their fences and waiters). `*out` is NUL-terminated; free it with
  * [`ts_string_free`]. Errors: `closed` (this handle's store was closed),
  * `io` or `timeout` (a connected store's owner could not be asked).
+ *
+ * # Safety
+ * `s` is live; `out` and `err` writable.
  */
 int32_t ts_store_status(const struct TsStore *s, char **out, struct TsError **err);
 
 /**
  * Frees a string the library gave. Null is fine.
+ *
+ * # Safety
+ * `p` is null or a string this library gave, not freed before.
  */
 void ts_string_free(char *p);
 

@@ -4,8 +4,8 @@
 // semaphores and 128-bit fences), run by the same Rust engine in this
 // process.
 //
-// The engine's calls live in the packages [tinystore/channels],
-// [tinystore/locks] and [tinystore/sqldb]; this package opens the store:
+// The engine's calls live in the packages [tinystore.dev/tinystore/channels],
+// [tinystore.dev/tinystore/locks] and [tinystore.dev/tinystore/sqldb]; this package opens the store:
 //
 //	store, err := tinystore.Open(ctx, "data")
 //	if err != nil {
@@ -18,15 +18,21 @@
 //
 // # Using the module
 //
-// The module path is tinystore, in the folder bindings-go/go of the
-// tinystore repository. It links the engine's static library, which
-// `cargo build -p tinystore-go` writes to target/debug of that repository
-// (cgo and a C compiler are needed); with the build tag tinystore_release
-// it links target/release instead (`cargo build --release -p
-// tinystore-go`). From another module:
+// The module path is tinystore.dev/tinystore. `make dist` in the tinystore
+// repository packages it, with the release static library for linux/amd64
+// and its header inside, as a Go module proxy serves it (dist/goproxy); cgo
+// and a C compiler are needed, nothing else:
 //
-//	require tinystore v0.0.0
-//	replace tinystore => /path/to/tinystore/bindings-go/go
+//	GOPROXY=file:///path/to/tinystore/dist/goproxy GOSUMDB=off go get tinystore.dev/tinystore@v0.1.0
+//
+// In the repository itself the module links the library cargo builds in
+// target/debug (`cargo build -p tinystore-go`), or with the build tag
+// tinystore_release the one in target/release.
+//
+// [Connect] takes the token, the CA file and the request timeout as
+// options ([Token], [CAFile], [RequestTimeout]), the environment variables
+// TINYSTORE_TOKEN and TINYSTORE_CA being the defaults. The command
+// tinystore.dev/tinystore/cmd/tinystore is the engine's `tinystore` command.
 //
 // # Errors
 //

@@ -1,4 +1,4 @@
-module tinystore
+module tinystore.dev/tinystore
 
 go 1.26
 

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"tinystore"
-	"tinystore/channels"
-	"tinystore/internal/testkit"
-	"tinystore/locks"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/channels"
+	"tinystore.dev/tinystore/internal/testkit"
+	"tinystore.dev/tinystore/locks"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m, nil) }

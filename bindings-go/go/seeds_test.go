@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"tinystore"
-	"tinystore/channels"
-	"tinystore/internal/testkit"
-	"tinystore/locks"
-	"tinystore/sqldb"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/channels"
+	"tinystore.dev/tinystore/internal/testkit"
+	"tinystore.dev/tinystore/locks"
+	"tinystore.dev/tinystore/sqldb"
 )
 
 // Seed "Live updates", "Open a channel and a lock" (the type).
@@ -78,6 +78,9 @@ func history(ctx context.Context, chatID int64) string { return fmt.Sprintf("cha
 // Seed "Live updates", "Open a channel and a lock" (the calls).
 func openApp(store *tinystore.Store) (*channels.Channel[ChatEvent], *locks.Lock, error) {
 	events, err := channels.OpenChannel[ChatEvent](store, "chat-events")
+	if err != nil {
+		return nil, nil, err
+	}
 	summaries, err := locks.OpenLock(store, "summaries", locks.TTL(30*time.Second))
 	return events, summaries, err
 }

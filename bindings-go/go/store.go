@@ -2,8 +2,9 @@ package tinystore
 
 import (
 	"context"
+	"time"
 
-	"tinystore/internal/native"
+	"tinystore.dev/tinystore/internal/native"
 )
 
 // Store is an open store: owned by this process ([Open]) or reached in
@@ -50,35 +51,67 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 //   - "unix:PATH": a Unix socket; an owner serves "unix:<dir>/tinystore.sock"
 //     (owner-only, mode 0600; no token).
 //   - "tcp:HOST:PORT": plain TCP, with a token from the owner's dir/tokens
-//     (`tinystore token new <dir>`) in the environment variable
+//     (`tinystore token new <dir>`): [Token], else the environment variable
 //     TINYSTORE_TOKEN. Readable by anyone on the way: beyond loopback, use tls:.
 //   - "tls:HOST:PORT": TCP inside TLS 1.2 or 1.3. The owner's certificate is
-//     checked against the CA file named by the environment variable
-//     TINYSTORE_CA (no public roots are trusted) and against HOST; the token
-//     is still needed, in TINYSTORE_TOKEN. See docs/wire.md, "TLS", for
-//     making a certificate and serving it.
+//     checked against the CA file of [CAFile], else the one the environment
+//     variable TINYSTORE_CA names (no public roots are trusted), and against
+//     HOST; the token is still needed. See docs/wire.md, "TLS", for making
+//     a certificate and serving it.
 //
-// The store then works as an owned one; the engine reconnects by itself
-// when the connection drops, and renews leases. ctx bounds the wait: if it
-// ends first, Connect returns ctx.Err() and closes the connection once it
-// comes back.
+// The options ([Token], [CAFile], [RequestTimeout]) override the
+// environment for this store only, so one process can connect to two
+// stores with two tokens. The store then works as an owned one; the engine
+// reconnects by itself when the connection drops, and renews leases. ctx
+// bounds the wait: if it ends first, Connect returns ctx.Err() and closes
+// the connection once it comes back.
 //
 //	store, err := tinystore.Connect(ctx, "unix:data/tinystore.sock")
-//	store, err := tinystore.Connect(ctx, "tls:db.example.com:7443") // TINYSTORE_CA, TINYSTORE_TOKEN
+//	store, err := tinystore.Connect(ctx, "tls:db.example.com:7443",
+//		tinystore.Token(token), tinystore.CAFile("ca.pem"), tinystore.RequestTimeout(5*time.Second))
 //
-// Errors: [ErrInvalid] (the address, or tls: without TINYSTORE_CA),
-// [ErrIO] (nobody listens), [ErrAuth] (a missing or wrong token; a
-// certificate the CA did not sign or that does not name HOST),
-// [ErrProtocol] (tcp: on a TLS port, or tls: on a plain one), ctx.Err().
-func Connect(ctx context.Context, address string) (*Store, error) {
+// Errors: [ErrInvalid] (the address, or tls: without a CA file),
+// [ErrIO] (nobody listens, or the CA file is unreadable), [ErrAuth] (a
+// missing or wrong token; a certificate the CA did not sign or that does
+// not name HOST), [ErrProtocol] (tcp: on a TLS port, or tls: on a plain
+// one), ctx.Err().
+func Connect(ctx context.Context, address string, options ...ConnectOption) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	n, err := native.ConnectStore(ctx, address)
+	var o native.ConnectOptions
+	for _, opt := range options {
+		opt(&o)
+	}
+	n, err := native.ConnectStore(ctx, address, o)
 	if err != nil {
 		return nil, err
 	}
 	return &Store{n: n}, nil
+}
+
+// ConnectOption is an option of [Connect]: [Token], [CAFile] or
+// [RequestTimeout]. One left out keeps its default.
+type ConnectOption func(*native.ConnectOptions)
+
+// Token is the token for tcp: and tls: addresses, a line of the owner's
+// dir/tokens. Default: the environment variable TINYSTORE_TOKEN.
+func Token(token string) ConnectOption {
+	return func(o *native.ConnectOptions) { o.Token = &token }
+}
+
+// CAFile is, for tls: addresses, the PEM file of the CA certificate(s) to
+// trust (for a self-signed store certificate, that certificate). Default:
+// the file the environment variable TINYSTORE_CA names.
+func CAFile(path string) ConnectOption {
+	return func(o *native.ConnectOptions) { o.CAFile = &path }
+}
+
+// RequestTimeout is how long a request may go unanswered (beyond a hold's
+// wait) before it fails with [ErrTimeout]; whole milliseconds, checked
+// every 250 ms. Default: 10 seconds; 0 or less keeps it.
+func RequestTimeout(d time.Duration) ConnectOption {
+	return func(o *native.ConnectOptions) { o.RequestTimeout = d }
 }
 
 // Serve serves the store on one more address for other processes to

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"tinystore"
-	"tinystore/channels"
-	"tinystore/internal/testkit"
-	"tinystore/locks"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/channels"
+	"tinystore.dev/tinystore/internal/testkit"
+	"tinystore.dev/tinystore/locks"
 )
 
 func TestErrorsCarryTheCoreCodeAndMessageAndMatchOneSentinel(t *testing.T) {
@@ -184,6 +184,16 @@ func TestStoreStatusShowsSubscriptionsAndHeldKeys(t *testing.T) {
 			if st.Subscriptions != 1 || st.Epoch != lease.Fence.Hi || len(st.Locks) != 1 {
 				t.Errorf("status %+v", st)
 				return nil
+			}
+			// The branch shows its subscription's lag (CHAN-02): one entry, nothing unread.
+			var lag []uint64
+			for _, b := range st.Branches {
+				if b.Channel == "chat-events" && len(b.Branch) == 1 && b.Branch[0] == "7" {
+					lag = b.Lag
+				}
+			}
+			if len(lag) != 1 || lag[0] != 0 {
+				t.Errorf("branch 7 of chat-events has lag %v, want [0]; branches %+v", lag, st.Branches)
 			}
 			k := st.Locks[0]
 			if k.Lock != "summaries" || k.Key != "7" || len(k.Holders) != 1 || k.Holders[0].Fence != lease.Fence.String() {

@@ -155,20 +155,3 @@ impl OutValues {
         self.vals.push(v);
     }
 }
-
-/// The arguments of a publish: the channel's name, the branch's keys and
-/// the message's JSON.
-pub(crate) unsafe fn publish_args<'a>(
-    channel: *const u8,
-    channel_len: usize,
-    keys: *const TsValue,
-    nkeys: usize,
-    buf: *const u8,
-    buf_len: usize,
-    data: *const u8,
-    data_len: usize,
-) -> Res<(&'a str, Vec<Key>, Box<[u8]>)> {
-    let channel = unsafe { text(channel, channel_len) }?;
-    let keys = unsafe { Values::new(keys, nkeys, buf, buf_len) }.keys()?;
-    Ok((channel, keys, unsafe { bytes(data, data_len) }.into()))
-}

@@ -26,6 +26,9 @@ pub extern "C" fn ts_cancel_new() -> *mut TsCancel {
 
 /// Fires the switch: a call waiting with it ends with the code `cancelled`
 /// (or with its own result, if that came first). Any thread; idempotent.
+///
+/// # Safety
+/// `c` is null or live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_cancel_fire(c: *const TsCancel) {
     quiet((), || {
@@ -37,6 +40,9 @@ pub unsafe extern "C" fn ts_cancel_fire(c: *const TsCancel) {
 }
 
 /// Frees the switch, once no call uses it.
+///
+/// # Safety
+/// `c` is null or live, and no call still waits with it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_cancel_free(c: *mut TsCancel) {
     quiet((), || {

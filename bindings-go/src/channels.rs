@@ -6,14 +6,17 @@ use std::task::{Context, Poll, Waker};
 
 use tinystore::channels::{Event, RawSubscription, Scope};
 
-use crate::args::{TsStr, TsValue, Values, publish_args, text};
+use crate::args::{TsStr, TsValue, Values, bytes, text};
 use crate::cancel::{TsCancel, block_on};
 use crate::error::{TsError, call, quiet};
-use crate::hub;
+use crate::completions;
 use crate::store::TsStore;
 
 /// Checks a channel handle can be made: the name is in rule and the store
 /// open (`store.channel(name).open()`). Errors: `invalid`, `closed`.
+///
+/// # Safety
+/// `s` is live; `(name, name_len)` readable; `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_channel_check(s: *const TsStore, name: *const u8, name_len: usize, err: *mut *mut TsError) -> i32 {
     call(err, || {
@@ -25,9 +28,13 @@ pub unsafe extern "C" fn ts_channel_check(s: *const TsStore, name: *const u8, na
 
 /// Publishes `data` (the JSON of a value) to the branch `keys` of
 /// `channel`. Errors: `invalid` (name, key), `limit` (over 1 MiB), `closed`,
-/// `cancelled`. The caller calls [`ts_hub_try`](crate::hub::ts_hub_try)
+/// `cancelled`. The caller calls [`ts_completions_try`](crate::completions::ts_completions_try)
 /// right after: what this call read for the caller's subscriptions is
-/// signalled there, not to [`ts_hub_wait`](crate::hub::ts_hub_wait).
+/// signalled there, not to [`ts_completions_wait`](crate::completions::ts_completions_wait).
+///
+/// # Safety
+/// `s` and `cancel` (or null) are live; `(channel, channel_len)`, `(keys, nkeys)`,
+/// `(buf, buf_len)` and `(data, data_len)` readable; `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_publish(
     s: *const TsStore,
@@ -44,9 +51,11 @@ pub unsafe extern "C" fn ts_publish(
 ) -> i32 {
     call(err, || {
         let s = unsafe { &*s };
-        let (channel, keys, data) = unsafe { publish_args(channel, channel_len, keys, nkeys, buf, buf_len, data, data_len) }?;
-        // The caller takes the tokens this pushes (ts_hub_try) on return.
-        crate::hub::deferring(|| block_on(cancel, s.store.publish_raw(channel, &keys, data)))
+        let channel = unsafe { text(channel, channel_len) }?;
+        let keys = unsafe { Values::new(keys, nkeys, buf, buf_len) }.keys()?;
+        let data: Box<[u8]> = unsafe { bytes(data, data_len) }.into();
+        // The caller takes the tokens this pushes (ts_completions_try) on return.
+        crate::completions::deferring(|| block_on(cancel, s.store.publish_raw(channel, &keys, data)))
     })
 }
 
@@ -100,6 +109,10 @@ pub struct TsEvent {
 /// gets every message published after. When it has something to read, or
 /// ends, `token` is pushed on the completion queue. Errors: `invalid`,
 /// `limit` (10,000 subscriptions), `closed`, `cancelled`.
+///
+/// # Safety
+/// `s` and `cancel` (or null) are live; `(channel, channel_len)`, `(keys, nkeys)` and
+/// `(buf, buf_len)` readable; `out` and `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_subscribe(
     s: *const TsStore,
@@ -121,7 +134,7 @@ pub unsafe extern "C" fn ts_subscribe(
         let keys = unsafe { Values::new(keys, nkeys, buf, buf_len) }.keys()?;
         let scope = if recursive != 0 { Scope::Recursive } else { Scope::Branch };
         let raw = block_on(cancel, s.store.subscribe_raw(channel, &keys, scope, None))?;
-        let sub = TsSub { raw, waker: hub::waker(token), batch: Mutex::new(Batch::default()) };
+        let sub = TsSub { raw, waker: completions::waker(token), batch: Mutex::new(Batch::default()) };
         unsafe { *out = Box::into_raw(Box::new(sub)) };
         Ok(())
     })
@@ -134,6 +147,10 @@ pub unsafe extern "C" fn ts_subscribe(
 /// is 1 once the subscription is stopped or its store closed and nothing is
 /// left to read (it may come with the last events). The events stay valid
 /// until the next call on this subscription.
+///
+/// # Safety
+/// `sub` is live; `events`, `n`, `ended` and `err` writable. The events are
+/// read only until the next call of this function or [`ts_sub_free`] on `sub`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_sub_next(
     sub: *const TsSub,
@@ -210,6 +227,9 @@ pub unsafe extern "C" fn ts_sub_next(
 
 /// Stops the subscription: nothing more is read, and its token is pushed
 /// once more so its reader sees it ended. Any thread; idempotent.
+///
+/// # Safety
+/// `sub` is null or live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_sub_stop(sub: *const TsSub) {
     quiet((), || {
@@ -221,6 +241,9 @@ pub unsafe extern "C" fn ts_sub_stop(sub: *const TsSub) {
 }
 
 /// Stops (if needed) and frees the subscription.
+///
+/// # Safety
+/// `sub` is null or live; its events are not read after.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_sub_free(sub: *mut TsSub) {
     quiet((), || {

@@ -76,6 +76,9 @@ pub(crate) fn quiet<T>(fallback: T, f: impl FnOnce() -> T) -> T {
 }
 
 /// Frees an error a call stored in `*err`. Null is fine.
+///
+/// # Safety
+/// `err` is null or an error this library stored in a caller's `*err`, not freed before.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_error_free(err: *mut TsError) {
     quiet((), || {

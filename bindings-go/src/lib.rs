@@ -20,13 +20,29 @@
 //!   `cancelled` when it fires.
 //! - Nothing calls back into the caller: what happens later (a message ready,
 //!   a lease lost) is a token pushed on the completion queue
-//!   ([`ts_hub_wait`]), which one caller thread drains.
+//!   ([`ts_completions_wait`]), which one caller thread drains.
+//!
+//! # Safety
+//!
+//! Each `unsafe` function's `# Safety` says what its caller guarantees, in
+//! these words:
+//!
+//! - *live*: a handle this library gave (`ts_store_open`, `ts_lock_open`,
+//!   `ts_cancel_new`, ...) that was not freed, released or ended. A function
+//!   that frees a handle is its last use: no thread uses it after, and no
+//!   call on it is still running.
+//! - *readable `(ptr, len)`*: `ptr` points to `len` initialized items (bytes,
+//!   or [`TsValue`]s), unchanged during the call; `ptr` may be null when
+//!   `len` is 0.
+//! - *writable*: points to memory of its type that the call may overwrite;
+//!   `err` may also be null (the error is then dropped).
 
 mod args;
 mod cancel;
 mod channels;
+mod cli;
 mod error;
-mod hub;
+mod completions;
 mod locks;
 mod sql;
 mod store;
@@ -34,8 +50,9 @@ mod store;
 pub use args::*;
 pub use cancel::*;
 pub use channels::*;
+pub use cli::*;
 pub use error::*;
-pub use hub::*;
+pub use completions::*;
 pub use locks::*;
 pub use sql::*;
 pub use store::*;

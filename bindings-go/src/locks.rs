@@ -3,12 +3,12 @@
 use std::time::Duration;
 
 use tinystore::RawLock;
-use tinystore::locks::{Holder, Kind, LockOptions, RawLease};
+use tinystore::locks::{HeldLease, Holder, Kind, LockHandle, LockOptions, RawLease};
 
 use crate::args::{TsValue, Values, text};
 use crate::cancel::{TsCancel, block_on};
 use crate::error::{Res, TsError, call, quiet};
-use crate::hub;
+use crate::completions;
 use crate::store::TsStore;
 
 /// A fence: the store's epoch in `hi`, a count in `lo`.
@@ -33,15 +33,22 @@ pub struct TsLockOptions {
     pub wait_ns: i64,
 }
 
-/// A lock or semaphore handle.
+/// A lock or semaphore handle: the core's [`LockHandle`], declared when
+/// opened.
 pub struct TsLock {
-    raw: RawLock,
-    opts: LockOptions,
+    handle: LockHandle,
 }
 
-/// A lease (or a semaphore's permit), held until [`ts_lease_release`].
+impl TsLock {
+    fn raw(&self) -> &RawLock {
+        self.handle.declared().expect("declared when the handle was opened")
+    }
+}
+
+/// A lease (or a semaphore's permit), held until [`ts_lease_end`]: its
+/// state and end are the core's [`HeldLease`].
 pub struct TsLease {
-    raw: RawLease,
+    held: HeldLease,
 }
 
 fn nanos(ns: i64) -> Duration {
@@ -53,6 +60,10 @@ fn nanos(ns: i64) -> Duration {
 /// builders do. Errors: `invalid` (name, ttl outside 1 s to 1 h, a zero wait
 /// or maxHold, a limit of 0), `conflict` (the name is of another kind or
 /// limit), `closed`.
+///
+/// # Safety
+/// `s` is live; `(name, name_len)` readable; `opts` null or readable; `out` and
+/// `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_lock_open(
     s: *const TsStore,
@@ -78,18 +89,21 @@ pub unsafe extern "C" fn ts_lock_open(
         if o.has_wait != 0 {
             opts.wait = nanos(o.wait_ns);
         }
-        // The options first (the builders' check), then lock_raw checks the
-        // name and limit and, over a connection, declares the lock: one round
-        // trip (the builders' open would make a second one).
-        let opts = opts.check()?;
         let kind = if semaphore != 0 { Kind::Semaphore { limit } } else { Kind::Lock };
-        let raw = store.lock_raw(name, kind)?;
-        unsafe { *out = Box::into_raw(Box::new(TsLock { raw, opts })) };
+        // The core's handle checks the name, limit and options; Go's open
+        // then waits for the declare (over a connection, one round trip), so
+        // a conflict is OpenLock's error.
+        let handle = LockHandle::new(store, name, kind, opts)?;
+        handle.get_blocking()?;
+        unsafe { *out = Box::into_raw(Box::new(TsLock { handle })) };
         Ok(())
     })
 }
 
 /// Frees a lock handle (leases taken through it stay held until released).
+///
+/// # Safety
+/// `l` is null or live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_lock_free(l: *mut TsLock) {
     quiet((), || {
@@ -113,14 +127,14 @@ unsafe fn one_key(key: *const TsValue, buf: *const u8, buf_len: usize) -> Res<ti
 
 unsafe fn give(lease: RawLease, lost_token: u64, out: *mut *mut TsLease, fence: *mut TsFence) {
     if lost_token != 0 {
-        lease.on_lost(move || hub::push(lost_token));
+        lease.on_lost(move || completions::push(lost_token));
     }
     let (hi, lo) = lease.fence().map_or((0, 0), |f| f.halves());
     unsafe {
         if !fence.is_null() {
             *fence = TsFence { hi, lo };
         }
-        *out = Box::into_raw(Box::new(TsLease { raw: lease }));
+        *out = Box::into_raw(Box::new(TsLease { held: HeldLease::new(lease) }));
     }
 }
 
@@ -131,6 +145,10 @@ unsafe fn give(lease: RawLease, lost_token: u64, out: *mut *mut TsLease, fence: 
 /// `timeout` (nothing was taken), `conflict` (this holder already holds or
 /// waits for the key), `invalid` (key), `closed`, `cancelled` (the wait was
 /// left; nothing is held).
+///
+/// # Safety
+/// `l` and `cancel` (or null) are live; `key` points to one readable value whose
+/// text lies in the readable `(buf, buf_len)`; `out` and `err` writable, `fence` null or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_lock_hold(
     l: *const TsLock,
@@ -147,7 +165,8 @@ pub unsafe extern "C" fn ts_lock_hold(
     call(err, || {
         let l = unsafe { &*l };
         let key = unsafe { one_key(key, buf, buf_len) }?;
-        let lease = block_on(cancel, l.raw.acquire(key, Holder(holder), l.opts.terms(), l.opts.wait))?;
+        let o = l.handle.options();
+        let lease = block_on(cancel, l.raw().acquire(key, Holder(holder), o.terms(), o.wait))?;
         unsafe { give(lease, lost_token, out, fence) };
         Ok(())
     })
@@ -157,6 +176,9 @@ pub unsafe extern "C" fn ts_lock_hold(
 /// is the lease, or null when the key is held. Over a connection it waits
 /// for the owner's answer, which `cancel` (or null) ends with `cancelled`
 /// (nothing is held then). Otherwise as [`ts_lock_hold`].
+///
+/// # Safety
+/// As [`ts_lock_hold`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_lock_try_hold(
     l: *const TsLock,
@@ -174,7 +196,7 @@ pub unsafe extern "C" fn ts_lock_try_hold(
         let l = unsafe { &*l };
         let key = unsafe { one_key(key, buf, buf_len) }?;
         unsafe { *out = std::ptr::null_mut() };
-        if let Some(lease) = block_on(cancel, l.raw.try_acquire(key, Holder(holder), l.opts.terms()))? {
+        if let Some(lease) = block_on(cancel, l.raw().try_acquire(key, Holder(holder), l.handle.options().terms()))? {
             unsafe { give(lease, lost_token, out, fence) };
         }
         Ok(())
@@ -182,21 +204,42 @@ pub unsafe extern "C" fn ts_lock_try_hold(
 }
 
 /// 1 once the lease was lost (maxHold, ttl, the store closed).
+///
+/// # Safety
+/// `lease` is null or live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_lease_is_lost(lease: *const TsLease) -> u8 {
-    quiet(0, || unsafe { lease.as_ref() }.is_some_and(|l| l.raw.is_lost()) as u8)
+    quiet(0, || unsafe { lease.as_ref() }.is_some_and(|l| l.held.is_lost()) as u8)
 }
 
-/// Lets the key go and frees the lease. Errors with `lost` when the lease
-/// had been lost: a release never pretends a lost lease was held (LOCK-04).
+/// Ends the hold and frees the lease: the error its function's caller gets
+/// besides the function's own. Errors with `lost` when the lease had been
+/// lost while the function ran and `body_failed` is 0 (the function
+/// returned no error); when it is 1 the function's error wins and this
+/// succeeds (LOCK-04, the core's rule).
+///
+/// # Safety
+/// `lease` is null or live; it is freed by this call, whatever its result.
+/// `err` writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ts_lease_release(lease: *mut TsLease, err: *mut *mut TsError) -> i32 {
+pub unsafe extern "C" fn ts_lease_end(lease: *mut TsLease, body_failed: u8, err: *mut *mut TsError) -> i32 {
     call(err, || {
         if lease.is_null() {
             return Ok(());
         }
         let lease = unsafe { Box::from_raw(lease) };
-        lease.raw.release()?;
+        lease.held.end(body_failed != 0)?;
         Ok(())
     })
+}
+
+/// Lets the key go and frees the lease: [`ts_lease_end`] of a function that
+/// returned no error. Errors with `lost` when the lease had been lost: a
+/// release never pretends a lost lease was held (LOCK-04).
+///
+/// # Safety
+/// As [`ts_lease_end`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_lease_release(lease: *mut TsLease, err: *mut *mut TsError) -> i32 {
+    unsafe { ts_lease_end(lease, 0, err) }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tinystore::sql::{Rows, Statement, Tx};
 use tinystore::{Database, Done};
 
-use crate::args::{OutValues, TsValue, Values, publish_args, text};
+use crate::args::{OutValues, TsValue, Values, bytes, text};
 use crate::error::{Res, TsError, call, quiet};
 use crate::store::TsStore;
 
@@ -54,6 +54,10 @@ pub struct TsRowsView {
 /// files of `migrations` (unless `migrations_len` is 0) in order, once each.
 /// `busy_ns` (when `has_busy` is 1) is how long a writer waits for another.
 /// Errors: `invalid`, `sql`, `io`, `busy`, `closed`.
+///
+/// # Safety
+/// `s` is live; `(name, name_len)` and `(migrations, migrations_len)` readable;
+/// `out` and `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_db_open(
     s: *const TsStore,
@@ -82,6 +86,9 @@ pub unsafe extern "C" fn ts_db_open(
 }
 
 /// Frees a database handle.
+///
+/// # Safety
+/// `db` is null or live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_db_free(db: *mut TsDb) {
     quiet((), || {
@@ -112,6 +119,10 @@ fn rows_out(r: Rows, out: *mut *mut TsRows) {
 }
 
 /// Runs one statement that writes. Errors: `sql`, `busy`, `invalid`, `closed`.
+///
+/// # Safety
+/// `db` is live; `(sql, sql_len)`, `(params, nparams)` and `(buf, buf_len)`
+/// readable; `out` null or writable; `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_db_exec(
     db: *const TsDb,
@@ -134,6 +145,10 @@ pub unsafe extern "C" fn ts_db_exec(
 
 /// Runs a query; `*out` holds its rows until [`ts_rows_free`]. Errors as
 /// [`ts_db_exec`].
+///
+/// # Safety
+/// `db` is live; `(sql, sql_len)`, `(params, nparams)` and `(buf, buf_len)`
+/// readable; `out` and `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_db_query(
     db: *const TsDb,
@@ -155,6 +170,9 @@ pub unsafe extern "C" fn ts_db_query(
 }
 
 /// Views rows; valid until [`ts_rows_free`].
+///
+/// # Safety
+/// `rows` is live; `out` writable. The view is read only until [`ts_rows_free`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_rows_view(rows: *const TsRows, out: *mut TsRowsView) {
     quiet((), || {
@@ -172,6 +190,9 @@ pub unsafe extern "C" fn ts_rows_view(rows: *const TsRows, out: *mut TsRowsView)
 }
 
 /// Frees rows.
+///
+/// # Safety
+/// `rows` is null or live; its views are not read after.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_rows_free(rows: *mut TsRows) {
     quiet((), || {
@@ -183,6 +204,9 @@ pub unsafe extern "C" fn ts_rows_free(rows: *mut TsRows) {
 
 /// Begins a transaction; it holds the database's writer until it ends.
 /// Errors: `busy`, `sql`, `closed`.
+///
+/// # Safety
+/// `db` is live; `out` and `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_db_begin(db: *const TsDb, out: *mut *mut TsTx, err: *mut *mut TsError) -> i32 {
     call(err, || {
@@ -201,6 +225,10 @@ fn with_tx<T>(tx: *const TsTx, f: impl FnOnce(&Tx) -> Res<T>) -> Res<T> {
 }
 
 /// As [`ts_db_exec`], inside the transaction.
+///
+/// # Safety
+/// `tx` is live (begun and not yet committed or rolled back); otherwise as
+/// [`ts_db_exec`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_tx_exec(
     tx: *const TsTx,
@@ -215,11 +243,18 @@ pub unsafe extern "C" fn ts_tx_exec(
 ) -> i32 {
     call(err, || {
         let st = unsafe { statement(sql, sql_len, params, nparams, buf, buf_len) }?;
-        with_tx(tx, |tx| Ok(done_out(tx.exec(st)?, out)))
+        with_tx(tx, |tx| {
+            done_out(tx.exec(st)?, out);
+            Ok(())
+        })
     })
 }
 
 /// As [`ts_db_query`], inside the transaction (it sees its own writes).
+///
+/// # Safety
+/// `tx` is live (begun and not yet committed or rolled back); otherwise as
+/// [`ts_db_query`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_tx_query(
     tx: *const TsTx,
@@ -234,13 +269,20 @@ pub unsafe extern "C" fn ts_tx_query(
 ) -> i32 {
     call(err, || {
         let st = unsafe { statement(sql, sql_len, params, nparams, buf, buf_len) }?;
-        with_tx(tx, |tx| Ok(rows_out(tx.query_rows(st)?, out)))
+        with_tx(tx, |tx| {
+            rows_out(tx.query_rows(st)?, out);
+            Ok(())
+        })
     })
 }
 
 /// Holds `data` (JSON) for the branch `keys` of `channel` of the store `s`
 /// until the commit; a rollback drops it (CHAN-03). Checked now: `invalid`
 /// (also for a store other than the transaction's), `limit`.
+///
+/// # Safety
+/// `tx` and `s` are live; `(channel, channel_len)`, `(keys, nkeys)`, `(buf, buf_len)`
+/// and `(data, data_len)` readable; `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_tx_publish(
     tx: *const TsTx,
@@ -257,7 +299,9 @@ pub unsafe extern "C" fn ts_tx_publish(
 ) -> i32 {
     call(err, || {
         let s = unsafe { &*s };
-        let (channel, keys, data) = unsafe { publish_args(channel, channel_len, keys, nkeys, buf, buf_len, data, data_len) }?;
+        let channel = unsafe { text(channel, channel_len) }?;
+        let keys = unsafe { Values::new(keys, nkeys, buf, buf_len) }.keys()?;
+        let data: Box<[u8]> = unsafe { bytes(data, data_len) }.into();
         with_tx(tx, |tx| Ok(tx.publish_raw(&s.store, channel, &keys, data)?))
     })
 }
@@ -274,12 +318,18 @@ fn end(tx: *mut TsTx, commit: bool) -> Res<()> {
 
 /// Commits, then delivers what was published in it, in order; frees the
 /// transaction. Errors: `sql`, `busy` (then nothing is delivered).
+///
+/// # Safety
+/// `tx` is live; it is freed by this call, whatever its result. `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_tx_commit(tx: *mut TsTx, err: *mut *mut TsError) -> i32 {
     call(err, || end(tx, true))
 }
 
 /// Rolls back and frees the transaction: nothing written or published in it remains.
+///
+/// # Safety
+/// `tx` is live; it is freed by this call, whatever its result. `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_tx_rollback(tx: *mut TsTx, err: *mut *mut TsError) -> i32 {
     call(err, || end(tx, false))

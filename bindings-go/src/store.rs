@@ -1,8 +1,9 @@
 //! Opening, connecting to and closing a store.
 
 use std::ffi::{CString, c_char};
+use std::time::Duration;
 
-use tinystore::Store;
+use tinystore::{ConnectOptions, Store};
 
 use crate::args::text;
 use crate::error::{TsError, call, quiet};
@@ -14,6 +15,9 @@ pub struct TsStore {
 
 /// Opens (creating it if needed) the store directory `dir` and owns it
 /// (`Store::open`). Blocking I/O. Errors: `owned`, `io`, `sql`.
+///
+/// # Safety
+/// `(dir, dir_len)` readable; `out` and `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_open(dir: *const u8, dir_len: usize, out: *mut *mut TsStore, err: *mut *mut TsError) -> i32 {
     call(err, || {
@@ -23,17 +27,57 @@ pub unsafe extern "C" fn ts_store_open(dir: *const u8, dir_len: usize, out: *mut
     })
 }
 
+/// The options of [`ts_store_connect`]. Each option not given keeps the
+/// core's default.
+#[repr(C)]
+pub struct TsConnectOptions {
+    /// The token (when `has_token` is not 0) instead of `TINYSTORE_TOKEN`.
+    pub token: *const u8,
+    /// Its length in bytes.
+    pub token_len: usize,
+    /// 1 when `token` is given.
+    pub has_token: u8,
+    /// The CA's PEM file (when `has_ca_file` is not 0) instead of `TINYSTORE_CA`.
+    pub ca_file: *const u8,
+    /// Its length in bytes.
+    pub ca_file_len: usize,
+    /// 1 when `ca_file` is given.
+    pub has_ca_file: u8,
+    /// How long a request may go unanswered, in milliseconds; 0 keeps 10 s.
+    pub request_timeout_ms: u64,
+}
+
 /// Connects to a store owned by another process at `address`
-/// (`unix:PATH`, `tcp:HOST:PORT`), as `Store::connect`.
+/// (`unix:PATH`, `tcp:HOST:PORT`, `tls:HOST:PORT`), as
+/// `Store::connect_with`, with the options `opts` (null: every default).
+/// Errors: `invalid`, `io`, `auth`, `protocol`.
+///
+/// # Safety
+/// `(address, address_len)` readable; `opts` null or readable, with its
+/// `(token, token_len)` and `(ca_file, ca_file_len)` readable where given;
+/// `out` and `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_connect(
     address: *const u8,
     address_len: usize,
+    opts: *const TsConnectOptions,
     out: *mut *mut TsStore,
     err: *mut *mut TsError,
 ) -> i32 {
     call(err, || {
-        let store = Store::connect(unsafe { text(address, address_len) }?)?;
+        let mut options = ConnectOptions::new();
+        if let Some(o) = unsafe { opts.as_ref() } {
+            if o.has_token != 0 {
+                options = options.token(unsafe { text(o.token, o.token_len) }?);
+            }
+            if o.has_ca_file != 0 {
+                options = options.ca_file(unsafe { text(o.ca_file, o.ca_file_len) }?);
+            }
+            if o.request_timeout_ms != 0 {
+                options = options.request_timeout(Duration::from_millis(o.request_timeout_ms));
+            }
+        }
+        let store = Store::connect_with(unsafe { text(address, address_len) }?, options)?;
         unsafe { *out = Box::into_raw(Box::new(TsStore { store })) };
         Ok(())
     })
@@ -42,6 +86,9 @@ pub unsafe extern "C" fn ts_store_connect(
 /// Serves the store on one more `address` as well (`tcp:HOST:PORT` needs
 /// `<dir>/tokens`), as `Store::serve`. Errors: `invalid` (the address, or a
 /// connected store: only the owner serves), `io`, `auth`.
+///
+/// # Safety
+/// `s` is live; `(address, address_len)` readable; `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_serve(s: *const TsStore, address: *const u8, address_len: usize, err: *mut *mut TsError) -> i32 {
     call(err, || {
@@ -56,6 +103,9 @@ pub unsafe extern "C" fn ts_store_serve(s: *const TsStore, address: *const u8, a
 /// already sent get their answers first (up to 2 s); calls made meanwhile
 /// fail with `closed`. Idempotent; the handle stays valid until
 /// [`ts_store_free`].
+///
+/// # Safety
+/// `s` is null or live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_close(s: *const TsStore) {
     quiet((), || {
@@ -67,6 +117,9 @@ pub unsafe extern "C" fn ts_store_close(s: *const TsStore) {
 
 /// Frees the handle. The store closes once nothing else holds it (locks,
 /// subscriptions and databases opened from it each hold it).
+///
+/// # Safety
+/// `s` is null or live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_free(s: *mut TsStore) {
     quiet((), || {
@@ -77,6 +130,9 @@ pub unsafe extern "C" fn ts_store_free(s: *mut TsStore) {
 }
 
 /// The store's epoch: the high 64 bits of every fence it gives.
+///
+/// # Safety
+/// `s` is null or live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_epoch(s: *const TsStore) -> u64 {
     quiet(0, || unsafe { s.as_ref() }.map_or(0, |s| s.store.epoch()))
@@ -87,6 +143,9 @@ pub unsafe extern "C" fn ts_store_epoch(s: *const TsStore) -> u64 {
 /// their fences and waiters). `*out` is NUL-terminated; free it with
 /// [`ts_string_free`]. Errors: `closed` (this handle's store was closed),
 /// `io` or `timeout` (a connected store's owner could not be asked).
+///
+/// # Safety
+/// `s` is live; `out` and `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_status(s: *const TsStore, out: *mut *mut c_char, err: *mut *mut TsError) -> i32 {
     call(err, || {
@@ -103,6 +162,9 @@ pub unsafe extern "C" fn ts_store_status(s: *const TsStore, out: *mut *mut c_cha
 }
 
 /// Frees a string the library gave. Null is fine.
+///
+/// # Safety
+/// `p` is null or a string this library gave, not freed before.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_string_free(p: *mut c_char) {
     quiet((), || {

@@ -2,12 +2,14 @@
  * The types of values JavaScript callers pass, checked before they cross to
  * the native layer, so a wrong one is an {@link InvalidError} saying what was
  * expected and what came, rather than napi's conversion error. Ranges (key
- * lengths, finite numbers, durations' text) are checked by the engine.
+ * lengths, finite numbers, durations' text) are checked by the engine, a text
+ * key's length at once (`native.checkKey`).
  *
  * @internal
  * @module
  */
-import { InvalidError } from './errors'
+import { InvalidError, sync } from './errors'
+import { native } from './native'
 import type { Duration, Key } from './types'
 
 /** What `v` is, for a message: `the number 42`, `an object`, `undefined`. */
@@ -57,9 +59,9 @@ export function key(v: unknown): Key {
     )
   }
   if (typeof v === 'string') {
-    const n = Buffer.byteLength(v)
-    if (n >= 1 && n <= 1024) return v
-    throw new InvalidError(`a key is 1 to 1,024 bytes of text, like 'chat-42'; got ${n} bytes`)
+    // The length rule is the engine's.
+    sync(() => native.checkKey(v))
+    return v
   }
   throw new InvalidError(`a key is a string or an integer, like 42 or 'chat-42'; got ${describe(v)}`)
 }

@@ -36,7 +36,7 @@ export interface Done {
 /** A statement: text with a `?` per parameter, or a tagged template. */
 export type Statement = string | TemplateStringsArray
 
-/** True for what SQLite can bind (`NaN` and infinities: refused by the native layer). */
+/** True for what SQLite can bind (`NaN` and infinities: refused by the engine). */
 function bindable(p: unknown): boolean {
   const t = typeof p
   return p === null || t === 'undefined' || t === 'boolean' || t === 'number' || t === 'bigint' || t === 'string' || p instanceof Uint8Array

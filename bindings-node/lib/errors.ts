@@ -6,21 +6,9 @@
  * @module
  */
 
-/** The stable code of every tinystore error, the same in every language. */
-export type ErrorCode =
-  | 'timeout'
-  | 'invalid'
-  | 'limit'
-  | 'closed'
-  | 'lost'
-  | 'owned'
-  | 'conflict'
-  | 'busy'
-  | 'sql'
-  | 'auth'
-  | 'io'
-  | 'protocol'
-  | 'internal'
+import type { ErrorCode } from './codes'
+
+export type { ErrorCode }
 
 /**
  * An error of tinystore. `code` says what kind of failure it is; `message`
@@ -166,6 +154,8 @@ export class InternalError extends TinyStoreError {
   }
 }
 
+// One class per code of the generated list: a code added to the core and not
+// here fails to compile.
 const classes: Record<ErrorCode, new (message: string) => TinyStoreError> = {
   timeout: TimeoutError,
   invalid: InvalidError,

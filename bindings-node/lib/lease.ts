@@ -70,9 +70,10 @@ export function currentHolder(): bigint {
 }
 
 /**
- * Runs `fn` under the lease, then lets the key go. The function's own error
- * reaches the caller unchanged; a lease lost while it ran makes the `hold`
- * end with a {@link LostError}, even if the function never yielded.
+ * Runs `fn` under the lease, then ends the hold: the engine's rule (the
+ * function's own error reaches the caller unchanged; a lease lost while it
+ * ran makes the `hold` end with a {@link LostError}, even if the function
+ * never yielded).
  */
 export async function runUnder<L extends Permit, R>(
   held: NativeLease,
@@ -84,14 +85,11 @@ export async function runUnder<L extends Permit, R>(
   try {
     value = await holders.run(holder, () => fn(make(held)))
   } catch (err) {
-    try {
-      await now(() => held.release())
-    } catch {
-      // The function's own error wins over a lost lease.
-    }
+    // The function's own error wins (the core gives no lost error then).
+    await now(() => held.end(true))
     throw err
   }
   // Returns once the store let the key go (LOCK-01).
-  await now(() => held.release())
+  await now(() => held.end(false))
   return value
 }

@@ -4,6 +4,8 @@ import { Database } from './database'
 import { InvalidError, now, sync } from './errors'
 import { makeLock, makeSemaphore, type Lock, type LockOptions, type Semaphore, type SemaphoreOptions } from './lock'
 import { native, type NativeStore } from './native'
+import { toStatus, type StoreStatus } from './status'
+import type { Duration } from './types'
 
 /** Options of `store.database`. */
 export interface DatabaseOptions {
@@ -33,150 +35,67 @@ export async function open(dir: string): Promise<Store> {
 }
 
 /**
+ * Options of {@link connect}. Each one left out keeps its default, read from
+ * the environment where there is one, so a deployment can set it without code.
+ */
+export interface ConnectOptions {
+  /**
+   * The token for `tcp:` and `tls:` addresses: a line of the owner's
+   * `DIR/tokens` (`tinystore token new DIR` makes one). Default: the
+   * environment variable `TINYSTORE_TOKEN`. Two stores connected with two
+   * tokens can live in one process.
+   */
+  token?: string
+  /**
+   * For `tls:` addresses: the PEM file of the CA certificate(s) to trust, or
+   * the store's own self-signed certificate; no public roots are trusted.
+   * Default: the environment variable `TINYSTORE_CA`.
+   */
+  caFile?: string
+  /**
+   * How long a request may go unanswered (beyond a hold's `wait`) before it
+   * throws a {@link TimeoutError}: `'5s'` or milliseconds. Default: 10 seconds.
+   */
+  requestTimeout?: Duration
+}
+
+/**
  * Connects to the store another process serves at `address`. The same API
  * as an owned store; the connection comes back by itself after a drop.
  *
  * - `'unix:PATH'`: the owner's Unix socket, `'unix:data/tinystore.sock'`
  *   (owner-only, no token).
- * - `'tcp:HOST:PORT'`: TCP, with the token in the environment variable
- *   `TINYSTORE_TOKEN` (`tinystore token new DIR` makes one).
- * - `'tls:HOST:PORT'`: TCP with TLS, with the token in `TINYSTORE_TOKEN` and
- *   the PEM file of the CA (or the store's own certificate) in
+ * - `'tcp:HOST:PORT'`: TCP, with a token (`options.token`, else the
+ *   environment variable `TINYSTORE_TOKEN`).
+ * - `'tls:HOST:PORT'`: TCP with TLS, with the token and the PEM file of the
+ *   CA (or the store's own certificate) in `options.caFile`, else
  *   `TINYSTORE_CA`; only that CA is trusted, and HOST must be a name or
  *   address the certificate lists. See "TLS" in `docs/wire.md`.
  *
+ * ```ts
+ * const store = await connect('tls:db.example.com:7443', { token, caFile: 'ca.pem', requestTimeout: '5s' })
+ * ```
+ *
  * @param address - `unix:PATH`, `tcp:HOST:PORT` or `tls:HOST:PORT`.
- * @throws {@link IoError} when nothing answers at the address;
- * {@link AuthError} for a missing or wrong token, or a certificate the CA
- * did not sign; {@link InvalidError} for an address out of form, or `tls:`
- * without `TINYSTORE_CA`; {@link ProtocolError} for `tcp:` on a TLS port or
- * `tls:` on a plain one.
+ * @param options - Token, CA file and request timeout ({@link ConnectOptions}).
+ * @throws {@link IoError} when nothing answers at the address or the CA file
+ * is unreadable; {@link AuthError} for a missing or wrong token, or a
+ * certificate the CA did not sign; {@link InvalidError} for an address or
+ * option out of form, or `tls:` without a CA file; {@link ProtocolError} for
+ * `tcp:` on a TLS port or `tls:` on a plain one.
  */
-export async function connect(address: string): Promise<Store> {
+export async function connect(address: string, options?: ConnectOptions): Promise<Store> {
   check.text('an address', address, "'unix:PATH', 'tcp:HOST:PORT' or 'tls:HOST:PORT'")
-  return new Store(await now(() => native.NativeStore.connect(address)))
-}
-
-/** What {@link Store.status} shows: the owner, its branches and held keys. */
-export interface StoreStatus {
-  /** The store directory (the owner's path). */
-  readonly dir: string
-  /** The owner's process id. */
-  readonly pid: number
-  /** The owner's epoch: the high 64 bits of every fence. */
-  readonly epoch: bigint
-  /** Milliseconds since the owner opened the store. */
-  readonly uptimeMs: number
-  /** Subscriptions now, of every process (at most 10,000). */
-  readonly subscriptions: number
-  /** Bytes all channels keep (at most 64 MiB). */
-  readonly channelBytes: number
-  /** Every branch the store knows. */
-  readonly branches: readonly BranchStatus[]
-  /** Every key held or waited for. */
-  readonly locks: readonly KeyStatus[]
-  /** The processes connected to the owner. */
-  readonly connections: readonly ConnectionStatus[]
-}
-
-/** One branch in {@link StoreStatus}. */
-export interface BranchStatus {
-  /** The channel's name. */
-  readonly channel: string
-  /** The branch's keys as text; empty for the channel's root. */
-  readonly branch: readonly string[]
-  /** Subscriptions of this branch alone. */
-  readonly subscribers: number
-  /** Recursive subscriptions rooted here. */
-  readonly recursiveSubscribers: number
-  /** Messages its log keeps now (at most 1,024). */
-  readonly keptMessages: number
-  /** Bytes its log keeps now (at most 4 MiB). */
-  readonly keptBytes: number
-  /** Messages published to it while the store knew it. */
-  readonly published: number
-  /** How many messages each of its subscriptions has yet to read. */
-  readonly lag: readonly number[]
-}
-
-/** One key held or waited for, in {@link StoreStatus}. */
-export interface KeyStatus {
-  /** The lock's or semaphore's name. */
-  readonly lock: string
-  /** The key, as text. */
-  readonly key: string
-  /** Its leases now (a semaphore's key can have up to its limit). */
-  readonly holders: readonly HolderStatus[]
-  /** Holds waiting in line. */
-  readonly waiters: number
-}
-
-/** One lease, in {@link KeyStatus}. */
-export interface HolderStatus {
-  /** The lease's id. */
-  readonly lease: number
-  /** Its fence; null for a semaphore's permit. */
-  readonly fence: bigint | null
-  /** Who holds it: the holder id, every digit. */
-  readonly holder: bigint
-  /** Milliseconds since it was given. */
-  readonly heldMs: number
-  /** Milliseconds until it runs out, where it can (ttl or `maxHold`); else null. */
-  readonly leftMs: number | null
-}
-
-/** One process connected to the owner, in {@link StoreStatus}. */
-export interface ConnectionStatus {
-  /** The connection's id. */
-  readonly id: number
-  /** The name the client gave. */
-  readonly client: string
-  /** Where it connected from. */
-  readonly address: string
-  /** Milliseconds since it connected. */
-  readonly sinceMs: number
-}
-
-/** The engine's status JSON (snake_case) as a {@link StoreStatus}. */
-function toStatus(json: string): StoreStatus {
-  const v = JSON.parse(json)
-  const big = (x: unknown) => (x === null || x === undefined ? null : BigInt(x as string | number))
-  return {
-    dir: v.dir,
-    pid: v.pid,
-    epoch: BigInt(v.epoch),
-    uptimeMs: v.uptime_ms,
-    subscriptions: v.subscriptions,
-    channelBytes: v.channel_bytes,
-    branches: (v.branches ?? []).map((b: any): BranchStatus => ({
-      channel: b.channel,
-      branch: b.branch,
-      subscribers: b.subscribers,
-      recursiveSubscribers: b.recursive_subscribers,
-      keptMessages: b.kept_messages,
-      keptBytes: b.kept_bytes,
-      published: b.published,
-      lag: b.lag ?? [],
-    })),
-    locks: (v.locks ?? []).map((k: any): KeyStatus => ({
-      lock: k.lock,
-      key: k.key,
-      holders: k.holders.map((h: any): HolderStatus => ({
-        lease: h.lease,
-        fence: big(h.fence),
-        holder: BigInt(h.holder),
-        heldMs: h.held_ms,
-        leftMs: h.left_ms ?? null,
-      })),
-      waiters: k.waiters,
-    })),
-    connections: (v.connections ?? []).map((c: any): ConnectionStatus => ({
-      id: c.id,
-      client: c.client,
-      address: c.address,
-      sinceMs: c.since_ms,
-    })),
+  const o = options ?? {}
+  if (typeof o !== 'object' || o === null) {
+    throw new InvalidError(`the options of connect are an object, like { token: '...' }; got ${check.describe(options)}`)
   }
+  const nativeOptions = {
+    token: o.token === undefined ? undefined : check.text('the token', o.token, "'3f9c...'"),
+    caFile: o.caFile === undefined ? undefined : check.text('caFile', o.caFile, "'ca.pem'"),
+    requestTimeout: check.duration('requestTimeout', o.requestTimeout),
+  }
+  return new Store(await now(() => native.NativeStore.connect(address, nativeOptions)))
 }
 
 /**

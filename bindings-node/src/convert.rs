@@ -58,6 +58,13 @@ pub fn key(k: JsKey) -> napi::Result<Key> {
     }
 }
 
+/// Checks a text key by the engine's rule (1 to 1,024 bytes), for
+/// `under()` and `hold()` to refuse it at once.
+#[napi]
+pub fn check_key(key: String) -> napi::Result<()> {
+    Key::parse(key).napi().map(drop)
+}
+
 /// A path of branch keys.
 pub fn keys(path: Vec<JsKey>) -> napi::Result<Vec<Key>> {
     path.into_iter().map(key).collect()
@@ -83,18 +90,12 @@ pub fn opt_duration(what: &str, d: Option<JsDuration>) -> napi::Result<Option<Du
 }
 
 /// A SQL parameter: `undefined` binds as null, a boolean as 0 or 1, an
-/// integer number as an integer, any other finite number as a real. `NaN`
-/// and infinities are refused: SQLite would store NaN as null, silently.
+/// integer number as an integer, any other number as a real (`NaN` and
+/// infinities are then refused by the engine's `Statement::check`).
 pub fn sql_param(p: JsSqlParam) -> napi::Result<SqlValue> {
     Ok(match p {
         Either7::A(_) | Either7::B(_) => SqlValue::Null,
         Either7::C(b) => SqlValue::Integer(b as i64),
-        Either7::D(n) if !n.is_finite() => {
-            return Err(invalid(format!(
-                "a SQL parameter is a finite number; got {}: bind null for no value",
-                js_number(n)
-            )));
-        }
         Either7::D(n) if n.fract() == 0.0 && n.abs() <= MAX_SAFE as f64 => SqlValue::Integer(n as i64),
         Either7::D(n) => SqlValue::Real(n),
         Either7::E(b) => {

@@ -17,9 +17,14 @@ mod store;
 mod subscription;
 mod uvread;
 
+// What JavaScript calls is public here. napi-derive registers a free
+// function only outside cfg(test), so in the test build a private one
+// would look unused.
+pub use convert::check_key;
 pub use database::{NativeDatabase, NativeTx};
-pub use lock::{NativeLease, NativeLock};
-pub use store::NativeStore;
+pub use fence::{fence_of, fence_padded};
+pub use lock::{NativeLease, NativeLock, new_holder};
+pub use store::{NativeStore, cli};
 pub use subscription::NativeSubscription;
 
 /// The version of the engine this package carries.

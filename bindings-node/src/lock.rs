@@ -1,17 +1,16 @@
 //! Locks, semaphores and their leases.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use napi::Env;
 use napi::bindgen_prelude::{BigInt, Either, PromiseRaw};
 use napi_derive::napi;
-use tinystore::RawLock;
-use tinystore::locks::{Holder, LockOptions, RawLease};
-use tokio::sync::watch;
+use tinystore::locks::{HeldLease, Holder, Kind, LeaseState, LockHandle, LockOptions, RawLease};
+use tinystore::{RawLock, Store};
 
 use crate::convert::{self, JsDuration, JsKey};
-use crate::errors::{IntoNapi, blocking, invalid, to_napi};
+use crate::errors::{IntoNapi, invalid};
 use crate::ready::now_or_promise;
 use crate::uvread::UvReader;
 
@@ -31,41 +30,30 @@ fn holder(h: BigInt) -> napi::Result<Holder> {
     Ok(Holder(v))
 }
 
-/// Makes the engine's handle: checks the name (and a semaphore's limit),
-/// and over a connection declares the lock to the owner (a round trip).
-pub type MakeLock = Box<dyn Fn() -> tinystore::Result<RawLock> + Send + Sync>;
-
-/// A lock or semaphore handle with its checked options.
+/// A lock or semaphore handle: the core's [`LockHandle`] (checked when
+/// made, declared once on first use).
 #[napi]
 pub struct NativeLock {
-    name: String,
-    raw: Arc<OnceLock<RawLock>>,
-    make: Arc<MakeLock>,
-    opts: LockOptions,
+    handle: Arc<LockHandle>,
     uv: Option<Arc<UvReader>>,
 }
 
 impl NativeLock {
-    /// A handle made now when `now` (the owning process: no round trip),
-    /// else at its first use, off the event loop.
-    pub fn new(name: String, opts: LockOptions, now: bool, uv: Option<Arc<UvReader>>, make: MakeLock) -> napi::Result<NativeLock> {
-        let raw = Arc::new(OnceLock::new());
-        if now {
-            let _ = raw.set(make().napi()?);
-        }
-        Ok(NativeLock { name, raw, make: Arc::new(make), opts, uv })
+    /// Checks the name, kind and options, and declares the lock (owned) or
+    /// starts declaring it (connected), never blocking the event loop.
+    pub fn new(store: &Store, name: &str, kind: Kind, opts: LockOptions, uv: Option<Arc<UvReader>>) -> napi::Result<NativeLock> {
+        let handle = LockHandle::new(store, name, kind, opts).napi()?;
+        Ok(NativeLock { handle: Arc::new(handle), uv })
     }
 
-    /// The engine's handle, made first if needed.
+    /// The engine's lock, declared once.
     fn raw(&self) -> impl Future<Output = napi::Result<RawLock>> + Send + 'static {
-        let (raw, make) = (self.raw.clone(), self.make.clone());
-        async move {
-            if let Some(r) = raw.get() {
-                return Ok(r.clone());
-            }
-            let made = blocking(move || make()).await?;
-            Ok(raw.get_or_init(|| made).clone())
-        }
+        let handle = self.handle.clone();
+        async move { handle.get().await.cloned().napi() }
+    }
+
+    fn opts(&self) -> LockOptions {
+        self.handle.options()
     }
 }
 
@@ -74,7 +62,7 @@ impl NativeLock {
     /// The lock's name.
     #[napi(getter)]
     pub fn name(&self) -> String {
-        self.name.clone()
+        self.handle.name().to_owned()
     }
 
     /// Takes `key` for `holder`, waiting up to `wait` (the handle's when not
@@ -93,9 +81,9 @@ impl NativeLock {
         let holder = holder(holder_id)?;
         let wait = match convert::opt_duration("wait", wait)? {
             Some(w) => tinystore::limits::check_positive("wait", w).napi()?,
-            None => self.opts.wait,
+            None => self.opts().wait,
         };
-        let (raw, terms) = (self.raw(), self.opts.terms());
+        let (raw, terms) = (self.raw(), self.opts().terms());
         if let Some(uv) = &self.uv {
             uv.ensure(env);
         }
@@ -112,7 +100,7 @@ impl NativeLock {
     ) -> napi::Result<Either<Option<NativeLease>, PromiseRaw<'env, Option<NativeLease>>>> {
         let key = convert::key(key)?;
         let holder = holder(holder_id)?;
-        let (raw, terms) = (self.raw(), self.opts.terms());
+        let (raw, terms) = (self.raw(), self.opts().terms());
         if let Some(uv) = &self.uv {
             uv.ensure(env);
         }
@@ -120,26 +108,16 @@ impl NativeLock {
     }
 }
 
-const HELD: u8 = 0;
-const RELEASED: u8 = 1;
-const LOST: u8 = 2;
-
-/// A lease (or a semaphore's permit) while its function runs.
+/// A lease (or a semaphore's permit) while its function runs: its state
+/// and end are the core's [`HeldLease`].
 #[napi]
 pub struct NativeLease {
-    lease: Arc<Mutex<Option<RawLease>>>,
-    fence: Option<u128>,
-    state: Arc<watch::Sender<u8>>,
+    held: Arc<HeldLease>,
 }
 
 impl NativeLease {
     fn new(lease: RawLease) -> NativeLease {
-        let state = Arc::new(watch::Sender::new(HELD));
-        let told = state.clone();
-        lease.on_lost(move || {
-            told.send_replace(LOST);
-        });
-        NativeLease { fence: lease.fence().map(|f| f.get()), lease: Arc::new(Mutex::new(Some(lease))), state }
+        NativeLease { held: Arc::new(HeldLease::new(lease)) }
     }
 }
 
@@ -148,54 +126,49 @@ impl NativeLease {
     /// The lease's fence (a bigint); null for a semaphore's permit.
     #[napi(getter)]
     pub fn fence(&self) -> Option<u128> {
-        self.fence
+        self.held.fence().map(|f| f.get())
     }
 
     /// True once the lease was lost (`maxHold`, ttl, the store closed).
     #[napi(getter)]
     pub fn lost(&self) -> bool {
-        *self.state.borrow() == LOST
+        self.held.is_lost()
     }
 
     /// Why the lease was lost; null while it is held or after it was let go.
     #[napi(getter)]
     pub fn lost_message(&self) -> Option<String> {
-        let lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
-        lease.as_ref().filter(|l| l.is_lost()).map(|l| l.lost_error().message().to_owned())
+        self.held.lost_error().map(|e| e.message().to_owned())
     }
 
     /// Resolves when the lease ends: with the lost-lease message if it was
     /// lost, with null if it was let go first.
     #[napi]
     pub async fn ended(&self) -> Option<String> {
-        let mut rx = self.state.subscribe();
-        let end = rx.wait_for(|s| *s != HELD).await.map(|s| *s).unwrap_or(RELEASED);
-        if end == LOST { self.lost_message() } else { None }
+        match self.held.ended().await {
+            LeaseState::Lost => self.lost_message(),
+            _ => None,
+        }
     }
 
-    /// Lets the key go: undefined once the store let it go (LOCK-01), or a
-    /// promise of that. Errors with `lost` when the lease had been lost: a
-    /// release never pretends a lost lease was held. Idempotent.
+    /// Ends the hold when its function ended (`bodyFailed`: it threw):
+    /// errors with `lost` when the lease had been lost, unless the
+    /// function's own error is on its way (LOCK-04, the core's rule).
+    /// Undefined once the store let the key go (LOCK-01), or a promise of
+    /// that: the event loop never waits on the owner's answer. Idempotent.
+    #[napi(ts_return_type = "void | Promise<void>")]
+    pub fn end<'env>(&self, env: &'env Env, body_failed: bool) -> napi::Result<Either<(), PromiseRaw<'env, ()>>> {
+        if !self.held.is_held() {
+            return Ok(Either::A(()));
+        }
+        // Sent in the first poll, on this thread.
+        let held = self.held.clone();
+        now_or_promise(env, async move { held.end_async(body_failed).await.napi() })
+    }
+
+    /// Lets the key go: `end` of a function that did not throw.
     #[napi(ts_return_type = "void | Promise<void>")]
     pub fn release<'env>(&self, env: &'env Env) -> napi::Result<Either<(), PromiseRaw<'env, ()>>> {
-        let mut slot = self.lease.lock().unwrap_or_else(|p| p.into_inner());
-        match slot.as_ref() {
-            None => Ok(Either::A(())),
-            // Kept, so `ended` can still tell why.
-            Some(l) if l.is_lost() => Err(to_napi(l.lost_error())),
-            Some(_) => {
-                let raw = slot.take().expect("looked at");
-                drop(slot);
-                self.state.send_if_modified(|s| {
-                    let held = *s == HELD;
-                    if held {
-                        *s = RELEASED;
-                    }
-                    held
-                });
-                // Started in the first poll, on this thread.
-                now_or_promise(env, async move { raw.release_async().await.napi() })
-            }
-        }
+        self.end(env, false)
     }
 }

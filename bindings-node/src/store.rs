@@ -3,9 +3,8 @@
 use napi::bindgen_prelude::{BigInt, Either, PromiseRaw};
 use napi::Env;
 use napi_derive::napi;
-use tinystore::Store;
+use tinystore::{ConnectOptions, Store};
 use tinystore::channels::Scope;
-use tinystore::limits::check_name;
 use tinystore::locks::{Kind, LockOptions};
 
 use crate::convert::{self, JsDuration, JsKey};
@@ -15,6 +14,25 @@ use crate::lock::NativeLock;
 use crate::ready::now_or_promise;
 use crate::subscription::NativeSubscription;
 use crate::uvread::UvReader;
+
+/// What `connect` takes instead of the environment; each unset one keeps
+/// the engine's default.
+#[napi(object)]
+pub struct NativeConnectOptions {
+    /// The token for `tcp:` and `tls:`; default `TINYSTORE_TOKEN`.
+    pub token: Option<String>,
+    /// For `tls:`, the CA's PEM file; default `TINYSTORE_CA`.
+    pub ca_file: Option<String>,
+    /// How long a request may go unanswered; default 10 s.
+    pub request_timeout: Option<JsDuration>,
+}
+
+/// Runs the `tinystore` command with `args` (the first, the program's name)
+/// on this thread until it is done, and returns its exit status.
+#[napi]
+pub fn cli(args: Vec<String>) -> i32 {
+    tinystore::cli::run(args)
+}
 
 /// A store, owned by this process or connected to another's.
 #[napi]
@@ -41,11 +59,23 @@ impl NativeStore {
     }
 
     /// Connects to the store served at `address`: `unix:PATH`,
-    /// `tcp:HOST:PORT` (the token in `TINYSTORE_TOKEN`) or `tls:HOST:PORT`
-    /// (the token, and the CA's PEM file in `TINYSTORE_CA`).
+    /// `tcp:HOST:PORT` (the token, else `TINYSTORE_TOKEN`) or `tls:HOST:PORT`
+    /// (the token, and the CA's PEM file, else `TINYSTORE_CA`).
     #[napi(factory)]
-    pub async fn connect(address: String) -> napi::Result<NativeStore> {
-        let store = blocking(move || Store::connect(&address)).await?;
+    pub async fn connect(address: String, options: Option<NativeConnectOptions>) -> napi::Result<NativeStore> {
+        let mut opts = ConnectOptions::new();
+        if let Some(o) = options {
+            if let Some(t) = o.token {
+                opts = opts.token(t);
+            }
+            if let Some(f) = o.ca_file {
+                opts = opts.ca_file(f);
+            }
+            if let Some(t) = convert::opt_duration("requestTimeout", o.request_timeout)? {
+                opts = opts.request_timeout(t);
+            }
+        }
+        let store = blocking(move || Store::connect_with(&address, opts)).await?;
         Ok(NativeStore { uv: UvReader::new(&store), store })
     }
 
@@ -150,7 +180,7 @@ impl NativeStore {
     }
 
     /// A lock handle; the engine checks the name and the durations now
-    /// (over a connection, the owner checks the rest at the first hold).
+    /// (over a connection, the owner checks the kind at the first hold).
     #[napi]
     pub fn lock(
         &self,
@@ -160,14 +190,12 @@ impl NativeStore {
         wait: Option<JsDuration>,
     ) -> napi::Result<NativeLock> {
         let opts = options(ttl, max_hold, wait)?;
-        check_name("lock", &name).napi()?;
-        let (store, n) = (self.store.clone(), name.clone());
-        NativeLock::new(name, opts, self.store.is_owner(), self.uv.clone(), Box::new(move || store.lock_raw(&n, Kind::Lock)))
+        NativeLock::new(&self.store, &name, Kind::Lock, opts, self.uv.clone())
     }
 
     /// A semaphore handle of `limit` permits per key; the engine checks the
-    /// limit (and refuses another limit for the same name), over a
-    /// connection at the first hold.
+    /// limit (and refuses another limit for the same name, over a
+    /// connection at the first hold: one declare, in the background).
     #[napi]
     pub fn semaphore(
         &self,
@@ -190,18 +218,7 @@ impl NativeStore {
         }
         let limit = limit as u32;
         let opts = options(ttl, max_hold, wait)?;
-        check_name("semaphore", &name).napi()?;
-        let (store, n) = (self.store.clone(), name.clone());
-        NativeLock::new(
-            name,
-            opts,
-            self.store.is_owner(),
-            self.uv.clone(),
-            Box::new(move || {
-                store.semaphore(&n).limit(limit).open()?;
-                store.lock_raw(&n, Kind::Semaphore { limit })
-            }),
-        )
+        NativeLock::new(&self.store, &name, Kind::Semaphore { limit }, opts, self.uv.clone())
     }
 
     /// Opens `<dir>/<name>.db`, applying the numbered `.sql` files of `migrations`.

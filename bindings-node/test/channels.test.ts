@@ -59,7 +59,7 @@ for (const mode of MODES) {
       await sub.stop()
     })
 
-    it('CHAN-02 C1 a blocked subscriber is told exactly how many it missed, then gets the next message and lives on', async () => {
+    it('CHAN-02 a blocked subscriber is told exactly how many it missed, then gets the next message and lives on', async () => {
       const s = await store()
       const ch = s.channel<Ev>('lag')
       const N = 37
@@ -104,7 +104,7 @@ for (const mode of MODES) {
       await sub.stop()
     })
 
-    it('CHAN-05 C16 no handler call starts after stop() returned, with publishing going on', async () => {
+    it('CHAN-05 no handler call starts after stop() returned, with publishing going on', async () => {
       const s = await store()
       const ch = s.channel<Ev>('stop-means-stop')
       let stopped = false
@@ -198,7 +198,7 @@ for (const mode of MODES) {
       await sub.stop()
     })
 
-    it('CHAN-07 C13 a message over 1 MiB is refused on that call only; exactly 1 MiB is accepted', async () => {
+    it('CHAN-07 a message over 1 MiB is refused on that call only; exactly 1 MiB is accepted', async () => {
       const s = await store()
       const ch = s.channel<string>('sizes')
       const got: number[] = []

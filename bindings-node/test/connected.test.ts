@@ -28,7 +28,7 @@ describe('connected through a proxy', () => {
     return { owner, client, proxy }
   }
 
-  it('CHAN-04 C6 C18 after a dropped connection the subscription resumes: nothing lost, nothing twice, in order', async () => {
+  it('CHAN-04 after a dropped connection the subscription resumes: nothing lost, nothing twice, in order', async () => {
     const { owner, client, proxy } = await setup()
     const got: Message<Ev>[] = []
     const missed: Missed[] = []
@@ -85,7 +85,7 @@ describe('connected through a proxy', () => {
     await sub.stop()
   })
 
-  it('LOCK-05 L9 a lease over a connection outlives its ttl while renewed, even with the event loop blocked', async () => {
+  it('LOCK-05 a lease over a connection outlives its ttl while renewed, even with the event loop blocked', async () => {
     const { owner } = await setup()
     // Straight to the owner's socket: the proxy runs on this (blocked) event loop.
     const direct = await connect(`unix:${join(owner.dir, 'tinystore.sock')}`)
@@ -102,7 +102,7 @@ describe('connected through a proxy', () => {
     assert.equal(typeof fence, 'bigint')
   })
 
-  it('LOCK-05 L4 a lease whose renewals stop runs out: its holder is told by the signal, the key goes to the next', async () => {
+  it('LOCK-05 a lease whose renewals stop runs out: its holder is told by the signal, the key goes to the next', async () => {
     const { owner, client, proxy } = await setup()
     const lock = client.lock('l', { ttl: '1s' })
     const lost = gate<bigint>()
@@ -123,6 +123,15 @@ describe('connected through a proxy', () => {
     proxy.thaw()
     finish.open()
     await assert.rejects(held, LostError)
+  })
+
+  it('LOCK-08 a connected semaphore is declared to the owner once, at its first hold, whatever holds follow', async () => {
+    const { client, proxy } = await setup()
+    const sem = client.semaphore('exports', { limit: 2 })
+    assert.equal(await sem.hold(1, () => 'ran'), 'ran')
+    await sem.hold(2, () => undefined)
+    await sem.tryHold(3, () => undefined)
+    assert.equal(proxy.declares, 1, 'one declare: one round trip for the handle')
   })
 })
 

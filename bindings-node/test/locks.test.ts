@@ -33,7 +33,7 @@ for (const mode of MODES) {
       for (let i = 1; i < fences.length; i++) assert.ok(fences[i]! > fences[i - 1]!, 'fences grow in grant order')
     })
 
-    it('LOCK-01 P3 a semaphore key has at most `limit` permits, and the limit belongs to the semaphore', async () => {
+    it('LOCK-01 LOCK-08 a semaphore key has at most `limit` permits, and the limit belongs to the semaphore', async () => {
       const s = await store()
       const sem = s.semaphore('exports', { limit: 3, ttl: '2s' })
       let inside = 0
@@ -143,7 +143,7 @@ for (const mode of MODES) {
       assert.deepEqual(await lock.tryHold('k', () => 1), { acquired: true, value: 1 })
     })
 
-    it('LOCK-04 P1 a lease lost while a function that never yields ran is reported lost when it ends', async () => {
+    it('LOCK-04 a lease lost while a function that never yields ran is reported lost when it ends', async () => {
       const s = await store()
       const lock = s.lock('never-yields', { maxHold: '100ms' })
       await assert.rejects(
@@ -188,7 +188,7 @@ for (const mode of MODES) {
       assert.ok(aborted instanceof LostError)
     })
 
-    it('LOCK-07 L9 a lease of the owning process outlives its ttl while the function blocks the event loop', async () => {
+    it('LOCK-07 a lease of the owning process outlives its ttl while the function blocks the event loop', async () => {
       const s = await store()
       const lock = s.lock('busy-host', { ttl: '1s' })
       const probeGo = gate()
@@ -222,7 +222,7 @@ for (const mode of MODES) {
       })
     })
 
-    it('NAMES P4 a ttl out of range or a bad name is refused when the handle is made', async () => {
+    it('NAMES a ttl out of range or a bad name is refused when the handle is made', async () => {
       const s = await store()
       assert.throws(() => s.lock('summaries', { ttl: '500ms' }), (e: unknown) => e instanceof InvalidError && /30s/.test(e.message))
       assert.throws(() => s.lock('summaries', { ttl: '2h' }), InvalidError)

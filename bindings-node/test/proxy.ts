@@ -8,6 +8,8 @@ export class Proxy {
   #server: Server
   #pairs = new Set<[Socket, Socket]>()
   #down = false
+  /** How many `declare` requests (a lock or semaphore made known to the owner) went through. */
+  declares = 0
 
   private constructor(server: Server, path: string) {
     this.#server = server
@@ -33,6 +35,9 @@ export class Proxy {
       }
       client.on('error', end).on('close', end)
       upstream.on('error', end).on('close', end)
+      client.on('data', (chunk: Buffer) => {
+        proxy.declares += chunk.toString('latin1').split('"op":"declare"').length - 1
+      })
       client.pipe(upstream)
       upstream.pipe(client)
     })

@@ -96,7 +96,7 @@ for (const mode of MODES) {
       await sub.stop()
     })
 
-    it('CHAN-03 C11 a rollback, or an error thrown in the function, drops what was published', async () => {
+    it('CHAN-03 a rollback, or an error thrown in the function, drops what was published', async () => {
       const { store, db } = await database()
       const events = store.channel<Note>('notes')
       const got: Message<Note>[] = []

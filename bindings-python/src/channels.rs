@@ -62,7 +62,7 @@ impl NativeBranch {
     /// `completer`, the id its future is settled under by `settle`, and
     /// without, a `Pending`. The future is polled at once, so the message
     /// leaves during this call and publishes keep the caller's order over a
-    /// connection too (P2).
+    /// connection too (CHAN-01).
     #[pyo3(signature = (data, completer=None))]
     fn publish(&self, py: Python<'_>, data: &[u8], completer: Option<&Bound<'_, Completer>>) -> PyResult<Py<PyAny>> {
         let Some(completer) = completer else {

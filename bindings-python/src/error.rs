@@ -35,8 +35,3 @@ pub fn check<T>(py: Python<'_>, r: tinystore::Result<T>) -> PyResult<T> {
     r.map_err(|e| to_py(py, e))
 }
 
-/// The store was closed: checked here when a lock handle is made, where the
-/// core would only say so from the background declare.
-pub fn closed() -> tinystore::Error {
-    tinystore::Error::new(tinystore::ErrorKind::Closed, "the store is closed: open or connect again to go on")
-}

@@ -29,6 +29,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", tinystore::version())?;
     m.add_function(wrap_pyfunction!(store::open, m)?)?;
     m.add_function(wrap_pyfunction!(store::connect, m)?)?;
+    m.add_function(wrap_pyfunction!(store::cli, m)?)?;
     m.add_function(wrap_pyfunction!(error::set_error_classes, m)?)?;
     m.add_function(wrap_pyfunction!(locks::holder_unique, m)?)?;
     m.add_function(wrap_pyfunction!(convert::parse_duration, m)?)?;

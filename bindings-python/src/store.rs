@@ -6,7 +6,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use tinystore::locks::{Kind, LockOptions};
-use tinystore::{Key, Store};
+use tinystore::{ConnectOptions, Key, Store};
 
 use crate::channels::NativeBranch;
 use crate::locks::NativeLock;
@@ -27,10 +27,36 @@ pub fn open(py: Python<'_>, dir: PathBuf) -> PyResult<Py<PyAny>> {
     run_blocking(py, move || Store::open(dir).map(|store| value(NativeStore { store })))
 }
 
-/// Connects to a store served at `address`: a `Pending`.
+/// Connects to a store served at `address`: a `Pending`. The token, CA file
+/// and request timeout given override the core's defaults (the token from
+/// `TINYSTORE_TOKEN`, the CA from `TINYSTORE_CA`, 10 s).
 #[pyfunction]
-pub fn connect(py: Python<'_>, address: String) -> PyResult<Py<PyAny>> {
-    run_blocking(py, move || Store::connect(&address).map(|store| value(NativeStore { store })))
+#[pyo3(signature = (address, token=None, ca_file=None, request_timeout=None))]
+pub fn connect(
+    py: Python<'_>,
+    address: String,
+    token: Option<String>,
+    ca_file: Option<PathBuf>,
+    request_timeout: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let mut opts = ConnectOptions::new();
+    if let Some(t) = token {
+        opts = opts.token(t);
+    }
+    if let Some(f) = ca_file {
+        opts = opts.ca_file(f);
+    }
+    if let Some(t) = convert::opt_duration(request_timeout)? {
+        opts = opts.request_timeout(t);
+    }
+    run_blocking(py, move || Store::connect_with(&address, opts).map(|store| value(NativeStore { store })))
+}
+
+/// Runs the `tinystore` command with `args` (the first, the program's name)
+/// in this process, the GIL released, and returns its exit status.
+#[pyfunction]
+pub fn cli(py: Python<'_>, args: Vec<String>) -> i32 {
+    py.detach(move || tinystore::cli::run(args))
 }
 
 #[pymethods]

@@ -1,5 +1,7 @@
 """What only a connected store does: CHAN-04 (a dropped connection
-resubscribes by itself: C6, C8, C18, and a restarted owner) through a
+resubscribes by itself: silently when nothing was lost, never silent
+about a publish during the outage, no duplicate or reordering, and a
+restarted owner) through a
 fault-injecting proxy, and LOCK-05 (a lease that ran out while its holder's
 process was frozen) with the holder in another process."""
 
@@ -46,7 +48,7 @@ async def _outage(owner: tinystore.Store, proxy: Proxy, left: int) -> None:
     await until(lambda: _subscriptions(owner) == left, what="the owner to notice the cut")
 
 
-async def test_chan_04_c6_c18_a_cut_connection_resumes_from_the_log_and_says_nothing_when_nothing_was_lost(
+async def test_chan_04_a_cut_connection_resumes_from_the_log_and_says_nothing_when_nothing_was_lost(
     through_proxy: Tuple[tinystore.Store, tinystore.Store, Proxy],
 ) -> None:
     owner, client, proxy = through_proxy
@@ -70,12 +72,12 @@ async def test_chan_04_c6_c18_a_cut_connection_resumes_from_the_log_and_says_not
     assert proxy.accepted == 2  # it connected again by itself
     assert all(isinstance(m, tinystore.Message) for m in got), "nothing missed, nothing said"
     assert [m.value for m in got] == list(range(11))
-    assert [m.seq for m in got] == list(range(1, 12))  # no duplicate, no reordering (C18)
+    assert [m.seq for m in got] == list(range(1, 12))  # no duplicate, no reordering (CHAN-04)
     await sub.stop()
     await keeper.aclose()
 
 
-async def test_chan_04_c6_a_cut_with_nothing_published_meanwhile_says_nothing(
+async def test_chan_04_a_cut_with_nothing_published_meanwhile_says_nothing(
     through_proxy: Tuple[tinystore.Store, tinystore.Store, Proxy],
 ) -> None:
     owner, client, proxy = through_proxy
@@ -94,7 +96,7 @@ async def test_chan_04_c6_a_cut_with_nothing_published_meanwhile_says_nothing(
     await sub.stop()
 
 
-async def test_chan_04_c8_messages_published_while_cut_off_are_told_exactly_with_reason_reconnect(
+async def test_chan_04_messages_published_while_cut_off_are_told_exactly_with_reason_reconnect(
     through_proxy: Tuple[tinystore.Store, tinystore.Store, Proxy],
 ) -> None:
     owner, client, proxy = through_proxy
@@ -115,7 +117,7 @@ async def test_chan_04_c8_messages_published_while_cut_off_are_told_exactly_with
     await sub.stop()
 
 
-async def test_lock_08_p3_a_connected_lock_handle_is_made_without_waiting_for_the_owner(
+async def test_lock_08_a_connected_lock_handle_is_made_without_waiting_for_the_owner(
     through_proxy: Tuple[tinystore.Store, tinystore.Store, Proxy],
 ) -> None:
     owner, client, proxy = through_proxy
@@ -127,14 +129,14 @@ async def test_lock_08_p3_a_connected_lock_handle_is_made_without_waiting_for_th
     sem = client.semaphore("exports", limit=4)
     made_in = time.monotonic() - started
     assert made_in < 0.2, f"making two handles took {made_in:.2f}s: it waited for the owner"
-    # Names and durations are still checked when the handle is made (P4).
+    # Names and durations are still checked when the handle is made (NAMES).
     with pytest.raises(tinystore.InvalidError):
         client.lock("Bad Name")
     with pytest.raises(tinystore.InvalidError):
         client.lock("ok", ttl="2h")
     async with lock.hold("k") as lease:  # once the owner hears again
         assert lease.fence > 0
-    # The other limit is refused at the first hold at the latest (P3).
+    # The other limit is refused at the first hold at the latest (LOCK-08).
     with pytest.raises(tinystore.ConflictError, match="limit 3"):
         async with sem.hold("k"):
             pass

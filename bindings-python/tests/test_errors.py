@@ -72,7 +72,7 @@ async def test_status_after_close_raises_closed_error(store: tinystore.Store) ->
     assert "closed" in str(e.value)
 
 
-async def test_names_p4_numbers_out_of_range_are_invalid_errors_that_say_what_to_do(store: tinystore.Store) -> None:
+async def test_names_numbers_out_of_range_are_invalid_errors_that_say_what_to_do(store: tinystore.Store) -> None:
     for limit in (-1, 0, 2**32, 2**40):
         with pytest.raises(tinystore.InvalidError, match="limit.*like 3"):
             store.semaphore("s", limit=limit)
@@ -113,3 +113,19 @@ def test_connect_documents_every_address_form() -> None:
     for doc in (tinystore.connect.__doc__ or "", stub):
         for form in ("unix:PATH", "tcp:HOST:PORT", "tls:HOST:PORT", "TINYSTORE_TOKEN", "TINYSTORE_CA"):
             assert form in doc, form
+
+
+async def test_status_has_the_shape_of_the_generated_types(store):
+    """The status dict has exactly the fields of tinystore.StoreStatus, which
+    is generated from the core's shape (core/tests/generated.rs)."""
+    st = store.status()
+    assert set(st) == set(tinystore.StoreStatus.__annotations__)
+    branch = store.channel("shape").under(1)
+    sub = await branch.subscribe(lambda m: None)
+    try:
+        st = store.status()
+        b = next(b for b in st["branches"] if b["channel"] == "shape")
+        assert set(b) == set(tinystore.BranchStatus.__annotations__)
+        assert b["lag"] == [0]
+    finally:
+        await sub.stop()

@@ -1,4 +1,5 @@
-"""Locks and semaphores from Python: LOCK-01..04, LOCK-06..08, NAMES, L9."""
+"""Locks and semaphores from Python: LOCK-01..04, LOCK-06..08, NAMES, and an
+owned lease outliving its ttl while the event loop is blocked (LOCK-07)."""
 
 from __future__ import annotations
 
@@ -199,7 +200,7 @@ async def test_lock_04_a_cancelled_waiter_and_a_cancelled_holder_let_the_key_go(
         assert lease is not None
 
 
-async def test_lock_04_lock_06_p1_a_lease_lost_at_max_hold_raises_lost_error_even_if_the_block_never_yielded(
+async def test_lock_04_lock_06_a_lease_lost_at_max_hold_raises_lost_error_even_if_the_block_never_yielded(
     store: tinystore.Store,
 ) -> None:
     lock = store.lock("bounded", max_hold="300ms")
@@ -298,7 +299,7 @@ async def test_lock_08_a_hold_inside_a_hold_of_the_same_key_fails_at_once(store:
             assert other is not None
 
 
-async def test_lock_08_p3_a_semaphores_limit_belongs_to_the_semaphore(store: tinystore.Store) -> None:
+async def test_lock_08_a_semaphores_limit_belongs_to_the_semaphore(store: tinystore.Store) -> None:
     store.semaphore("exports", limit=3)
     async with store.semaphore("exports", limit=3).hold("k") as permit:
         assert permit.key == "k"
@@ -318,7 +319,7 @@ async def test_lock_08_p3_a_semaphores_limit_belongs_to_the_semaphore(store: tin
             store.semaphore("odd", limit=bad)  # type: ignore[arg-type]
 
 
-async def test_names_p4_out_of_rule_names_and_durations_are_refused_when_the_handle_is_made(store: tinystore.Store) -> None:
+async def test_names_out_of_rule_names_and_durations_are_refused_when_the_handle_is_made(store: tinystore.Store) -> None:
     for bad in ("", "Chat", "-chat", "chat events", "x" * 65):
         with pytest.raises(tinystore.InvalidError, match="chat-events"):
             store.lock(bad)

@@ -161,3 +161,24 @@ async def test_chan_03_a_transaction_refuses_a_channel_of_another_store(stores, 
             await sub.stop()
     finally:
         await other.close()
+
+
+async def test_a_nan_or_infinite_parameter_is_refused_naming_it(store: tinystore.Store) -> None:
+    """The engine refuses a real that is NaN or infinite, for every binding
+    (SQLite would store NaN as null, silently): an InvalidError naming the
+    parameter, and nothing is written."""
+    db = await store.database("params")
+    await db.exec("create table t (a integer, r real)")
+    for f, got in ((float("nan"), "got NaN"), (float("inf"), "got Infinity"), (float("-inf"), "got -Infinity")):
+        with pytest.raises(tinystore.InvalidError, match="a SQL parameter is a finite number") as e:
+            await db.exec("insert into t values (?, ?)", 1, f)
+        assert got in str(e.value) and "parameter 2" in str(e.value)
+        with pytest.raises(tinystore.InvalidError, match="finite"):
+            await db.query("select ? as v", f)
+
+        async def write(tx: tinystore.SqlTx) -> None:
+            await tx.exec("insert into t values (?, ?)", 2, f)
+
+        with pytest.raises(tinystore.InvalidError, match="finite"):
+            await db.tx(write)
+    assert await db.query("select count(*) as n from t") == [{"n": 0}]

@@ -43,6 +43,8 @@ mod engine;
 mod net;
 mod api;
 
+pub mod cli;
+
 /// Channels: messages to whoever listens now, in branches.
 pub mod channels {
     pub use crate::api::channels::{Branch, Channel, ChannelBuilder, Delivery, Message, Messages, Subscriber, Subscription};
@@ -52,12 +54,15 @@ pub mod channels {
 
 /// Locks and semaphores: one holder of a key at a time (or `limit` permits).
 pub mod locks {
-    pub use crate::api::locks::{Lease, Lock, LockBuilder, LockOptions, Permit, Semaphore, SemaphoreBuilder};
+    pub use crate::api::locks::{
+        HeldLease, Lease, LeaseState, Lock, LockBuilder, LockHandle, LockOptions, Permit, Semaphore, SemaphoreBuilder, end_of_hold, end_of_hold_async,
+    };
     pub use crate::api::lease::RawLease;
     pub use crate::engine::locks::{Holder, HolderStatus, Kind, KeyStatus, Terms};
 }
 
 pub use api::sql;
+pub use api::status;
 pub use base::limits;
 pub use net::client::LoopReader;
 pub use net::spin;

@@ -133,7 +133,7 @@ pub mod proxy {
                 if client_side && body.windows(12).any(|w| w == b"\"op\":\"renew\"") {
                     let k = f.renews.fetch_add(1, Ordering::SeqCst) + 1;
                     let every = f.drop_renew_every.load(Ordering::SeqCst);
-                    if every == u64::MAX || (every > 0 && k % every == 0) {
+                    if every == u64::MAX || (every > 0 && k.is_multiple_of(every)) {
                         continue;
                     }
                 }

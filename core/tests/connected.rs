@@ -169,7 +169,7 @@ fn c18_no_duplicates_or_reordering_across_reconnect() {
         while g.load(Ordering::SeqCst) {
             e.under(1).publish(&i).unwrap();
             i += 1;
-            if i % 50 == 0 {
+            if i.is_multiple_of(50) {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
@@ -296,7 +296,7 @@ fn l11_l12_one_failed_renewal_or_a_short_stall_is_not_fatal() {
         std::thread::sleep(Duration::from_millis(700));
         Ok(lease.is_lost())
     });
-    assert_eq!(r.unwrap(), false);
+    assert!(!r.unwrap(), "the lease was never lost while held");
     assert!(p.renewals_seen() >= 5, "renewed every third of the ttl: {}", p.renewals_seen());
 }
 
@@ -320,7 +320,7 @@ fn l2_ttl_starts_at_grant() {
         std::thread::sleep(Duration::from_millis(1500));
         Ok(lease.is_lost())
     });
-    assert_eq!(r.unwrap(), false);
+    assert!(!r.unwrap(), "the lease was never lost while held");
     holder.join().unwrap().unwrap();
 }
 

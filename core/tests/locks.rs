@@ -205,7 +205,7 @@ fn lock_07_in_process_lease_outlives_ttl() {
         std::thread::sleep(Duration::from_millis(1300));
         Ok(lease.is_lost())
     });
-    assert_eq!(r.unwrap(), false);
+    assert!(!r.unwrap(), "the lease was never lost while held");
 }
 
 #[test]

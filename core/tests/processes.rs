@@ -192,6 +192,7 @@ fn c5_a_reader_that_stops_reading_never_slows_publishers_and_gets_exact_count() 
     assert_eq!(got + missed, total, "every message is either delivered or counted as missed");
     assert!(missed > 0 && got >= 1024);
     let _ = r.kill();
+    r.wait().unwrap();
 }
 
 fn raw_conn(dir: &Path) -> UnixStream {
@@ -311,6 +312,7 @@ fn l1_frozen_waiter_never_runs_and_the_key_is_free_for_others() {
     signal(b.id() as i32, libc::SIGCONT);
     drop(c);
     let _ = b.kill();
+    b.wait().unwrap();
     let rest: Vec<String> = out.lines().map_while(Result::ok).collect();
     assert!(!rest.iter().any(|l| l.starts_with("ran")), "B's function never ran: {rest:?}");
 }

@@ -173,3 +173,30 @@ fn lock_01_a_release_cut_off_before_its_answer_is_sent_again_on_reconnect() {
     let free = owner.lock("jobs").open().unwrap().try_hold("k", |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
     assert_eq!(free, Some(()), "the key was still held after the hold returned");
 }
+
+/// The bindings' end of a hold (HeldLease::end_async, which never blocks a
+/// host's event loop) resolves only once the owner let the key go: a try
+/// from another connection right after it finds the key free every time.
+#[test]
+fn lock_01_held_lease_end_async_then_try_hold_across_connections() {
+    use tinystore::locks::{HeldLease, Holder, Kind, LockHandle, LockOptions};
+    let (_owner, clients, _d) = owner_and_clients(2);
+    let a = LockHandle::new(&clients[0], "jobs", Kind::Lock, LockOptions::default()).unwrap();
+    let b = LockHandle::new(&clients[1], "jobs", Kind::Lock, LockOptions::default()).unwrap();
+    let terms = a.options().terms();
+    let refused = tinystore::runtime::block_on(async {
+        let (a, b) = (a.get().await.unwrap(), b.get().await.unwrap());
+        let mut refused = 0;
+        for i in 0..2_000u64 {
+            let key = tinystore::Key::from(i % 200);
+            let raw = a.try_acquire(key.clone(), Holder::unique(), terms).await.unwrap().expect("A gets a free key");
+            std::sync::Arc::new(HeldLease::new(raw)).end_async(false).await.unwrap();
+            match b.try_acquire(key, Holder::unique(), terms).await.unwrap() {
+                Some(raw) => std::sync::Arc::new(HeldLease::new(raw)).end_async(false).await.unwrap(),
+                None => refused += 1,
+            }
+        }
+        refused
+    });
+    assert_eq!(refused, 0, "B was refused {refused} times a key whose hold A had ended");
+}

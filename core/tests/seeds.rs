@@ -75,7 +75,8 @@ impl App {
 
     /// "Tell every open tab", as written.
     fn save_reply(&self, chat_id: i64, answer: &str, message_id: i64) -> tinystore::Result<()> {
-        let (db, events) = (&self.db, &self.events);
+        // The sample's `events` is the channel itself, not a reference (cheap to clone).
+        let (db, events) = (&self.db, self.events.clone());
         db.tx(|tx| -> tinystore::Result<()> {
             let reply = tx.exec(sql!(
                 "insert into messages (chat_id, role, text, created_at, reply_to) values (?, 'assistant', ?, ?, ?)",

@@ -228,6 +228,28 @@ fn sql_exec_query_params_and_types() {
     assert_eq!(store.database("Bad").open().err().unwrap().code(), "invalid");
 }
 
+/// A real parameter that is NaN or infinite is refused with `invalid`
+/// naming it, by exec, query and a transaction alike, for every binding
+/// (SQLite would store NaN as null, silently); nothing is written.
+#[test]
+fn sql_nan_or_infinite_parameter_is_refused_naming_it() {
+    let (store, _d) = common::store();
+    let db = store.database("t").open().unwrap();
+    db.exec("create table t (a integer, r real)").unwrap();
+    for (f, got) in [(f64::NAN, "got NaN"), (f64::INFINITY, "got Infinity"), (f64::NEG_INFINITY, "got -Infinity")] {
+        let e = db.exec(sql!("insert into t values (?, ?)", 1, f)).unwrap_err();
+        assert_eq!(e.code(), "invalid");
+        assert!(e.message().contains("a SQL parameter is a finite number") && e.message().contains(got), "{e}");
+        assert!(e.message().contains("parameter 2"), "names the parameter: {e}");
+        assert_eq!(db.query_rows(sql!("select ? as v", f)).unwrap_err().code(), "invalid");
+        let tx = db.begin().unwrap();
+        assert_eq!(tx.exec(sql!("insert into t values (?, ?)", 2, f)).unwrap_err().code(), "invalid");
+        tx.rollback().unwrap();
+    }
+    assert!(db.query_rows("select * from t").unwrap().rows.is_empty());
+    db.exec(sql!("insert into t values (?, ?)", 3, 1.5)).unwrap();
+}
+
 /// Several writers in one process wait for each other up to the busy
 /// timeout, then get a clear `busy` error; readers never block the writer.
 #[test]

@@ -23,10 +23,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tinystore"
-	"tinystore/channels"
-	"tinystore/internal/testkit"
-	"tinystore/locks"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/channels"
+	"tinystore.dev/tinystore/internal/testkit"
+	"tinystore.dev/tinystore/locks"
 )
 
 func TestMain(m *testing.M) {
@@ -79,7 +79,7 @@ func printRatios() {
 		return
 	}
 	fmt.Println()
-	fmt.Println("tinystore/redis, time per operation (below 1: tinystore is faster)")
+	fmt.Println("tinystore.dev/tinystore/redis, time per operation (below 1: tinystore is faster)")
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "workload\ttinystore\ttinystore ns/op\tredis ns/op\tratio")
 	for _, workload := range workloads {

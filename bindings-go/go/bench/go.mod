@@ -1,10 +1,10 @@
-module tinystore/bench
+module tinystore.dev/tinystore/bench
 
 go 1.26.0
 
 require (
 	github.com/redis/go-redis/v9 v9.23.0
-	tinystore v0.0.0
+	tinystore.dev/tinystore v0.0.0
 )
 
 require (
@@ -13,4 +13,4 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 )
 
-replace tinystore => ../
+replace tinystore.dev/tinystore => ../

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"slices"
 
-	"tinystore"
-	"tinystore/internal/native"
-	"tinystore/sqldb"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/internal/native"
+	"tinystore.dev/tinystore/sqldb"
 )
 
 // Branch is a branch of a channel: the messages published under its keys.

@@ -22,9 +22,9 @@ package channels
 import (
 	"context"
 
-	"tinystore"
-	"tinystore/internal/native"
-	"tinystore/sqldb"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/internal/native"
+	"tinystore.dev/tinystore/sqldb"
 )
 
 // Channel is a channel of messages of type T, carried as JSON (T must

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"tinystore"
-	"tinystore/channels"
-	"tinystore/internal/testkit"
-	"tinystore/sqldb"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/channels"
+	"tinystore.dev/tinystore/internal/testkit"
+	"tinystore.dev/tinystore/sqldb"
 )
 
 type event struct {
@@ -146,7 +146,7 @@ func TestChan01ManyGoroutinesKeepEachOwnOrderOneHandlerCallAtATime(t *testing.T)
 	})
 }
 
-func TestChan02C1SlowSubscriberIsToldExactlyWhatItMissedThenGoesOn(t *testing.T) {
+func TestChan02SlowSubscriberIsToldExactlyWhatItMissedThenGoesOn(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
 		events := open[event](t, stores.Open(), "chat-events")
 		entered := make(chan struct{})
@@ -187,7 +187,7 @@ func TestChan02C1SlowSubscriberIsToldExactlyWhatItMissedThenGoesOn(t *testing.T)
 			t.Fatalf("missed %+v, want a known count, reason behind", missed)
 		}
 		// In this process the subscriber reads nothing ahead: it missed
-		// exactly N (C1). Over a connection, messages already on their way
+		// exactly N (CHAN-02). Over a connection, messages already on their way
 		// to it still arrive, and the count says exactly how many did not.
 		if stores.Kind == "owned" && missed.Count != extra {
 			t.Fatalf("missed %d, want exactly %d", missed.Count, extra)
@@ -303,7 +303,7 @@ func TestChan03TransactionDeliversAtCommitAndRollbackDrops(t *testing.T) {
 	})
 }
 
-func TestC16StopMeansStopWhilePublishing(t *testing.T) {
+func TestChan05StopMeansStopWhilePublishing(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
 		events := open[event](t, stores.Open(), "chat-events")
 		var stopped atomic.Bool
@@ -477,7 +477,7 @@ func TestChan06BranchesAreApartAndAnIntegerKeyIsItsDigits(t *testing.T) {
 	})
 }
 
-func TestChan07C13MessageOver1MiBIsRefusedAndNothingPublished(t *testing.T) {
+func TestChan07MessageOver1MiBIsRefusedAndNothingPublished(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
 		big := open[string](t, stores.Open(), "big")
 		got, _ := collect(t, big.Under(1))

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"tinystore"
-	"tinystore/channels"
-	"tinystore/internal/testkit"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/channels"
+	"tinystore.dev/tinystore/internal/testkit"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m, nil) }

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"tinystore/internal/native"
+	"tinystore.dev/tinystore/internal/native"
 )
 
 // SubscribeOption is an option of Subscribe.

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"tinystore/internal/native"
+	"tinystore.dev/tinystore/internal/native"
 )
 
 // Fence is a lease's fence: a 128-bit number, the store's epoch in the high

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"tinystore"
-	"tinystore/internal/testkit"
-	"tinystore/locks"
-	"tinystore/sqldb"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/internal/testkit"
+	"tinystore.dev/tinystore/locks"
+	"tinystore.dev/tinystore/sqldb"
 )
 
 func TestFence01VectorsPrintTheSameDigitsAsEveryLanguage(t *testing.T) {

@@ -3,7 +3,7 @@ package locks
 import (
 	"context"
 
-	"tinystore/internal/native"
+	"tinystore.dev/tinystore/internal/native"
 )
 
 type holderKey struct{}
@@ -18,7 +18,8 @@ func holderOf(ctx context.Context) uint64 {
 }
 
 // hold takes key (waiting in line when wait), runs fn with a ctx cancelled
-// when the lease is lost, then lets the key go. started tells whether fn ran.
+// when the lease is lost, then ends the hold (the core's rule). started
+// tells whether fn ran.
 func hold(ctx context.Context, l *native.Lock, key any, wait bool, fn func(context.Context, *native.Lease, native.Fence) error) (started bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -39,19 +40,20 @@ func hold(ctx context.Context, l *native.Lock, key any, wait bool, fn func(conte
 	if err != nil || lease == nil {
 		return false, err
 	}
-	released := false
+	ended := false
 	defer func() {
-		if !released { // fn panicked: let the key go, and let the panic go on
-			_ = lease.Release()
+		if !ended { // fn panicked: let the key go, and let the panic go on
+			_ = lease.End(true)
 		}
 	}()
 	fnErr := fn(lctx, lease, fence)
-	released = true
-	relErr := lease.Release()
-	if fnErr != nil {
-		return true, fnErr
+	ended = true
+	// The core decides what the hold ends with (LOCK-04): nil when fn
+	// failed, else ErrLost for a lease lost while fn ran.
+	if endErr := lease.End(fnErr != nil); endErr != nil {
+		return true, endErr
 	}
-	return true, relErr
+	return true, fnErr
 }
 
 // errNoFn is the error of a Hold or TryHold given no function to run.

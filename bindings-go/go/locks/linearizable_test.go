@@ -18,9 +18,9 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"tinystore"
-	"tinystore/internal/testkit"
-	"tinystore/locks"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/internal/testkit"
+	"tinystore.dev/tinystore/locks"
 )
 
 // The locks of one store as a sequential object: acquiring a key gives a

@@ -25,8 +25,8 @@ package locks
 import (
 	"context"
 
-	"tinystore"
-	"tinystore/internal/native"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/internal/native"
 )
 
 // Lock is a lock: one holder of a key at a time, each lease with a fence.

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"tinystore"
-	"tinystore/internal/testkit"
-	"tinystore/locks"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/internal/testkit"
+	"tinystore.dev/tinystore/locks"
 )
 
 var bg = context.Background()
@@ -264,7 +264,7 @@ func TestLock06MaxHoldCancelsTheHoldersContextAndHoldSaysLost(t *testing.T) {
 	})
 }
 
-func TestLock06P1LostEvenIfTheFunctionNeverLooks(t *testing.T) {
+func TestLock06LostEvenIfTheFunctionNeverLooks(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
 		l := openLock(t, stores.Open(), "summaries", locks.MaxHold(200*time.Millisecond))
 		err := l.Hold(bg, 1, func(context.Context, *locks.Lease) error {
@@ -312,7 +312,7 @@ func TestLock08HoldInsideAHoldOfTheSameKeyFailsAtOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// P3: the limit is the semaphore's, refused when the handle is made
+		// LOCK-08: the limit is the semaphore's, refused when the handle is made
 		// (over a connection too: the handle asks the owner).
 		three, err := locks.OpenSemaphore(store, "exports", 3)
 		if err != nil {
@@ -345,7 +345,7 @@ func TestLock08HoldInsideAHoldOfTheSameKeyFailsAtOnce(t *testing.T) {
 	})
 }
 
-func TestNamesP4LockOptionsAreCheckedWhenTheHandleIsMade(t *testing.T) {
+func TestNamesLockOptionsAreCheckedWhenTheHandleIsMade(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
 		store := stores.Open()
 		for what, opts := range map[string][]locks.Option{

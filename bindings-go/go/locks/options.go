@@ -3,7 +3,7 @@ package locks
 import (
 	"time"
 
-	"tinystore/internal/native"
+	"tinystore.dev/tinystore/internal/native"
 )
 
 // Option is an option of [OpenLock] and [OpenSemaphore]. The store checks

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"tinystore"
-	"tinystore/internal/testkit"
-	"tinystore/locks"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/internal/testkit"
+	"tinystore.dev/tinystore/locks"
 )
 
 func TestMain(m *testing.M) {
@@ -47,7 +47,7 @@ func holder() int {
 // LOCK-05 with a holder in another process: its lease lasts while the
 // engine renews it; frozen (SIGSTOP), it stops renewing, the lease runs out
 // at its ttl and the key goes to the next waiter with a larger fence; woken,
-// the holder is told, and its Hold says the lease was lost (L1, L9).
+// the holder is told, and its Hold says the lease was lost.
 func TestLock05ConnectedLeaseRenewsThenRunsOutWhenItsHolderFreezes(t *testing.T) {
 	store, dir := testkit.OwnedIn(t)
 	addr := "unix:" + filepath.Join(dir, "tinystore.sock")

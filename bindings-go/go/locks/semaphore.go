@@ -3,8 +3,8 @@ package locks
 import (
 	"context"
 
-	"tinystore"
-	"tinystore/internal/native"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/internal/native"
 )
 
 // Semaphore gives up to its limit of holders of a key at once. Its permits

@@ -18,8 +18,8 @@ import (
 	"context"
 	"time"
 
-	"tinystore"
-	"tinystore/internal/native"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/internal/native"
 )
 
 // DB is a SQL database of a store: the file <dir>/<name>.db (WAL, foreign

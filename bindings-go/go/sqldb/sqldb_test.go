@@ -6,12 +6,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
-	"tinystore"
-	"tinystore/internal/testkit"
-	"tinystore/locks"
-	"tinystore/sqldb"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/internal/testkit"
+	"tinystore.dev/tinystore/locks"
+	"tinystore.dev/tinystore/sqldb"
 )
 
 var bg = context.Background()
@@ -64,6 +65,43 @@ func TestSqlParametersBindAndRowsComeBackTyped(t *testing.T) {
 		}
 		if _, err := db.Exec(bg, `insert into nowhere values (1)`); !errors.Is(err, tinystore.ErrSQL) {
 			t.Fatalf("a bad statement: %v, want ErrSQL", err)
+		}
+	})
+}
+
+// The engine refuses a real that is NaN or infinite, for every binding
+// (SQLite would store NaN as null, silently): ErrInvalid naming the
+// parameter, and nothing is written.
+func TestSqlNaNOrInfiniteParameterIsRefusedNamingIt(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+		db := openDB(t, stores.Open())
+		if _, err := db.Exec(bg, `create table nums (a integer, r real)`); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			f   float64
+			got string
+		}{{math.NaN(), "got NaN"}, {math.Inf(1), "got Infinity"}, {math.Inf(-1), "got -Infinity"}} {
+			_, err := db.Exec(bg, `insert into nums values (?, ?)`, 1, c.f)
+			var e *tinystore.Error
+			if !errors.As(err, &e) || e.Code != "invalid" || !strings.Contains(e.Message, "a SQL parameter is a finite number") ||
+				!strings.Contains(e.Message, c.got) || !strings.Contains(e.Message, "parameter 2") {
+				t.Fatalf("exec with %v: %v, want ErrInvalid saying %q of parameter 2", c.f, err, c.got)
+			}
+			if _, err := db.Query(bg, `select ? as v`, c.f); !errors.Is(err, tinystore.ErrInvalid) {
+				t.Fatalf("query with %v: %v, want ErrInvalid", c.f, err)
+			}
+			err = db.Tx(bg, func(tx *sqldb.Tx) error {
+				_, err := tx.Exec(bg, `insert into nums values (?, ?)`, 2, c.f)
+				return err
+			})
+			if !errors.Is(err, tinystore.ErrInvalid) {
+				t.Fatalf("tx exec with %v: %v, want ErrInvalid", c.f, err)
+			}
+		}
+		rows, err := db.Query(bg, `select count(*) as n from nums`)
+		if err != nil || rows.Maps()[0]["n"] != int64(0) {
+			t.Fatalf("rows written: %v %v, want none", rows, err)
 		}
 	})
 }

@@ -3,7 +3,7 @@ package sqldb
 import (
 	"context"
 
-	"tinystore/internal/native"
+	"tinystore.dev/tinystore/internal/native"
 )
 
 // Tx is a transaction in progress, given to the function of [DB.Tx]; use it

@@ -46,6 +46,7 @@ as short as the work allows where that wait matters.
 from __future__ import annotations
 
 from . import fence
+from ._status import BranchStatus, ConnectionStatus, HolderStatus, KeyStatus, StoreStatus
 from ._native import __version__
 from .branch import Branch, Key
 from .channel import Channel
@@ -95,6 +96,11 @@ __all__ = [
     "TxBranch",
     "Done",
     "Row",
+    "StoreStatus",
+    "BranchStatus",
+    "KeyStatus",
+    "HolderStatus",
+    "ConnectionStatus",
     "Error",
     "TimeoutError",
     "InvalidError",

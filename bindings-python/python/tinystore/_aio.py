@@ -23,11 +23,12 @@ import asyncio
 import os
 import weakref
 from functools import partial
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar, Union, overload
 
 from . import _native
 
 Pending = _native.Pending
+T = TypeVar("T")
 
 
 class _LoopCompleter:
@@ -44,14 +45,14 @@ class _LoopCompleter:
         # Cancelled ones are skipped: dropping the value lets a lease go.
         self.native.settle(self.futures)
 
-    def begin(self, loop: asyncio.AbstractEventLoop, pending: Any) -> "tuple[int, asyncio.Future[Any]]":
+    def begin(self, loop: asyncio.AbstractEventLoop, pending: "Pending[T]") -> "tuple[int, asyncio.Future[T]]":
         """Starts ``pending``: its id and the future ``settle`` settles."""
         call = self.native.start(pending)
-        fut = loop.create_future()
+        fut: asyncio.Future[T] = loop.create_future()
         self.futures[call] = fut
         return call, fut
 
-    def start(self, loop: asyncio.AbstractEventLoop, pending: Any) -> asyncio.Future[Any]:
+    def start(self, loop: asyncio.AbstractEventLoop, pending: "Pending[T]") -> "asyncio.Future[T]":
         """:meth:`begin`, the call cancelled when its future is."""
         call, fut = self.begin(loop, pending)
         fut.add_done_callback(partial(self._settled, call))
@@ -237,7 +238,7 @@ def running_loop(what: str) -> asyncio.AbstractEventLoop:
         ) from None
 
 
-def wait(pending: Any, loop: "asyncio.AbstractEventLoop | None" = None) -> asyncio.Future[Any]:
+def wait(pending: "Pending[T]", loop: "asyncio.AbstractEventLoop | None" = None) -> "asyncio.Future[T]":
     """A future of the running loop (or ``loop``, the running one) for a started ``Pending``."""
     if _forked_after_start:
         # Nothing would ever complete it: the engine's threads stayed in the parent.
@@ -254,7 +255,7 @@ def _completer(loop: asyncio.AbstractEventLoop) -> _LoopCompleter:
     return c
 
 
-async def call(pending: Any, watch: Optional[LoopWatch] = None) -> Any:
+async def call(pending: "Pending[T]", watch: Optional[LoopWatch] = None) -> T:
     """Starts ``pending`` (a call of a store watched by ``watch``; None:
     owned) on the running loop's completer and awaits its value. Cancelling
     the awaiting task cancels the call: a waiter leaves the queue. Cheaper
@@ -276,16 +277,29 @@ async def call(pending: Any, watch: Optional[LoopWatch] = None) -> Any:
         raise
 
 
+# A plain Pending[T] first: Union[T, Pending[T]] alone would not solve T for it.
+@overload
+async def result_of(r: "Pending[T]", watch: Optional[LoopWatch]) -> T: ...
+@overload
+async def result_of(r: "Union[T, Pending[T]]", watch: Optional[LoopWatch]) -> T: ...
+
+
 async def result_of(r: Any, watch: Optional[LoopWatch]) -> Any:
     """:func:`result` for a call of a store watched by ``watch``."""
-    if type(r) is Pending:
+    if isinstance(r, Pending):
         return await call(r, watch)
     return r
 
 
+@overload
+async def result(r: "Pending[T]") -> T: ...
+@overload
+async def result(r: "Union[T, Pending[T]]") -> T: ...
+
+
 async def result(r: Any) -> Any:
     """The value of a native call: ``r`` itself, or what its ``Pending`` ends with."""
-    if type(r) is Pending:
+    if isinstance(r, Pending):
         return await call(r)
     return r
 

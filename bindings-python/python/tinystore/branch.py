@@ -6,7 +6,7 @@ import asyncio
 from asyncio import get_running_loop as _get_running_loop
 from typing import Any, Awaitable, Callable, Generic, Optional, Tuple, TypeVar, Union
 
-from . import _aio
+from . import _aio, _native
 from .codec import Codec
 from .message import Message, Missed
 from .subscription import ErrorHandler, Handler, Messages, MissedHandler, Subscription
@@ -29,7 +29,7 @@ class Branch(Generic[T]):
 
     __slots__ = ("_native", "_codec", "_watch")
 
-    def __init__(self, native: Any, codec: Codec[T], watch: Optional[_aio.LoopWatch] = None) -> None:
+    def __init__(self, native: _native.NativeBranch, codec: Codec[T], watch: Optional[_aio.LoopWatch] = None) -> None:
         self._native = native
         self._codec = codec
         self._watch = watch
@@ -88,12 +88,12 @@ class Branch(Generic[T]):
                 return _aio.wait(r, loop)
         else:
             c = w.ensure(loop)
-            r = self._native.publish(data, c.native)
-            if r is not None:
+            call = self._native.publish(data, c.native)
+            if call is not None:
                 # Settled by the completer (settle). Nothing to call off when
                 # it is cancelled: the message has left.
                 fut = loop.create_future()
-                c.futures[r] = fut
+                c.futures[call] = fut
                 return fut
         done = loop.create_future()
         done.set_result(None)

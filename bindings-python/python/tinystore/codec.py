@@ -23,7 +23,7 @@ import json
 import sys
 import threading
 import typing
-from typing import Any, Callable, Generic, Optional, TypeVar
+from typing import Any, Callable, Generic, Iterable, Optional, TypeVar
 
 from .errors import InvalidError
 
@@ -46,8 +46,11 @@ def _default(o: Any) -> Any:
     )
 
 
+_c_make_encoder: Optional[Callable[..., Callable[..., Iterable[str]]]]
 try:
-    from _json import make_encoder as _c_make_encoder
+    from _json import make_encoder
+
+    _c_make_encoder = make_encoder
 except ImportError:  # a Python without json's C accelerator
     _c_make_encoder = None
 
@@ -60,6 +63,8 @@ class _Encoder(threading.local):
 
     def __init__(self) -> None:
         self.markers: dict[int, Any] = {}
+        # (value, 0): the chunks of value's JSON.
+        self.chunks: Callable[..., Iterable[str]]
         if _c_make_encoder is not None:
             self.chunks = _c_make_encoder(
                 self.markers, _default, json.encoder.encode_basestring, None, ":", ",", False, False, False
@@ -106,7 +111,7 @@ Decode = Optional[Callable[[Any], Any]]
 
 #: Dataclasses (or their generic aliases) whose converter is being made:
 #: a cell that holds it once made.
-_Seen = dict[Any, list[Any]]
+_Seen = dict[Any, list[Callable[[Any], Any]]]
 
 
 def _converter(tp: Any, ns: Optional[dict[str, Any]] = None, seen: Optional[_Seen] = None) -> Decode:
@@ -171,12 +176,13 @@ def _dataclass_converter(
     tp: Any, cls: type, args: tuple[Any, ...], ns: Optional[dict[str, Any]], seen: _Seen
 ) -> Callable[[Any], Any]:
     """``tp``: ``cls`` itself, or ``cls[args]`` for a generic dataclass."""
-    cell = seen.get(tp)
-    if cell is not None:
-        if cell[0] is not None:
-            return cell[0]  # made already, for another field
-        return lambda v: cell[0](v)  # a type that holds itself: its converter, once made
-    cell = seen[tp] = [None]
+    known = seen.get(tp)
+    if known is not None:
+        if known:
+            return known[0]  # made already, for another field
+        return lambda v: known[0](v)  # a type that holds itself: its converter, once made
+    cell: list[Callable[[Any], Any]] = []  # its converter, once made
+    seen[tp] = cell
     hints = _hints(cls, ns)
     if args:  # Box[int]: the fields' type variables are args
         given = dict(zip(getattr(cls, "__parameters__", ()), args))
@@ -195,7 +201,7 @@ def _dataclass_converter(
                 kw[name] = x if conv is None else conv(x)
         return cls(**kw)
 
-    cell[0] = convert
+    cell.append(convert)
     return convert
 
 
@@ -264,7 +270,7 @@ def _checker(tp: Any) -> Optional[Check]:
         return lambda v: _OK if any(v == a and type(v) is type(a) for a in args) else v
     if not isinstance(origin, type) or not _isinstance_works(origin):
         return None  # Annotated, NewType, ...: not checked
-    container = origin
+    container: type[Any] = origin
     mapping = origin is dict or origin in _abc_mappings()
     if mapping:
         each = _checker(args[1]) if len(args) == 2 else None
@@ -365,4 +371,5 @@ class Codec(Generic[T]):
         """A decoded JSON value as this codec's type: raises ``TypeError``
         when it cannot be."""
         c = self._convert
-        return value if c is None else c(value)
+        converted: T = value if c is None else c(value)
+        return converted

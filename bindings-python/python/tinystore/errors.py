@@ -19,6 +19,7 @@ import builtins
 import sqlite3
 
 from . import _native
+from ._codes import CODES, Code
 
 __all__ = [
     "Error",
@@ -42,7 +43,7 @@ class Error(Exception):
     """An error of tinystore. ``code`` is the engine's code string, ``message``
     says what was wrong and what to do."""
 
-    code: str = "internal"
+    code: Code = "internal"
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -132,23 +133,29 @@ class InternalError(Error, RuntimeError):
     code = "internal"
 
 
-BY_CODE: dict[str, type[Error]] = {
-    c.code: c
-    for c in (
-        TimeoutError,
-        InvalidError,
-        LimitError,
-        ClosedError,
-        LostError,
-        OwnedError,
-        ConflictError,
-        BusyError,
-        SqlError,
-        AuthError,
-        IoError,
-        ProtocolError,
-        InternalError,
-    )
-}
+_CLASSES = (
+    TimeoutError,
+    InvalidError,
+    LimitError,
+    ClosedError,
+    LostError,
+    OwnedError,
+    ConflictError,
+    BusyError,
+    SqlError,
+    AuthError,
+    IoError,
+    ProtocolError,
+    InternalError,
+)
 
-_native.set_error_classes(BY_CODE)
+# The codes come from the core (_codes.py, generated): one class each, in the
+# engine's order. A code the core adds without a class here fails at import.
+_by_code: dict[str, type[Error]] = {c.code: c for c in _CLASSES}
+_missing = [code for code in CODES if code not in _by_code]
+if _missing or len(_by_code) != len(CODES):
+    raise ImportError(f"tinystore.errors has no class for the engine's codes {_missing}")
+BY_CODE: dict[str, type[Error]] = {code: _by_code[code] for code in CODES}
+
+# A copy, of the type the native takes (dict is invariant in its values).
+_native.set_error_classes(dict(BY_CODE))

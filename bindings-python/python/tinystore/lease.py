@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
-from . import _aio
+from . import _aio, _native
 
 
 class Permit:
@@ -16,7 +16,7 @@ class Permit:
 
     __slots__ = ("_native",)
 
-    def __init__(self, native: Any) -> None:
+    def __init__(self, native: _native.NativeLease) -> None:
         self._native = native
 
     @property
@@ -65,7 +65,9 @@ class Lease(Permit):
     @property
     def fence(self) -> int:
         """The lease's fence (an int below 2**128)."""
-        return self._native.fence
+        fence = self._native.fence
+        assert fence is not None  # a lock's lease has one; only a permit has none
+        return fence
 
     def __repr__(self) -> str:
         return f"Lease(key={self.key!r}, fence={self.fence}, lost={self.lost})"

@@ -9,7 +9,6 @@ from types import TracebackType
 from typing import Any, Callable, Generic, Optional, Type, TypeVar, Union
 
 from . import _aio, _native
-from .errors import LostError
 from .lease import Lease, Permit
 
 #: A duration: a string (``"250ms"``, ``"30s"``, ``"2m"``, ``"1h"``,
@@ -42,31 +41,31 @@ class _Hold(Generic[L]):
 
     def __init__(
         self,
-        native: Any,
+        native: _native.NativeLock,
         key: Key,
         wait: Optional[Duration],
-        make: Callable[[Any], L],
+        make: Callable[[_native.NativeLease], L],
         watch: Optional[_aio.LoopWatch] = None,
     ) -> None:
         self._native = native
         self._key = key
         self._wait = wait
         self._make = make
-        self._lease: Any = None
+        self._lease: Optional[_native.NativeLease] = None
         self._watch = watch
 
     async def __aenter__(self) -> L:
         r = self._native.acquire(self._key, _holder(), self._wait)
-        if type(r) is _aio.Pending:
-            r = await _aio.call(r, self._watch)
-        self._lease = r
-        return self._make(r)
+        lease = await _aio.call(r, self._watch) if isinstance(r, _aio.Pending) else r
+        self._lease = lease
+        return self._make(lease)
 
     async def __aexit__(
         self, et: Optional[Type[BaseException]], e: Optional[BaseException], tb: Optional[TracebackType]
     ) -> bool:
-        await release(self._lease, et, self._watch)
-        self._lease = None
+        if self._lease is not None:
+            await release(self._lease, et, self._watch)
+            self._lease = None
         return False
 
 
@@ -75,11 +74,17 @@ class _TryHold(Generic[L]):
 
     __slots__ = ("_native", "_key", "_make", "_lease", "_watch")
 
-    def __init__(self, native: Any, key: Key, make: Callable[[Any], L], watch: Optional[_aio.LoopWatch] = None) -> None:
+    def __init__(
+        self,
+        native: _native.NativeLock,
+        key: Key,
+        make: Callable[[_native.NativeLease], L],
+        watch: Optional[_aio.LoopWatch] = None,
+    ) -> None:
         self._native = native
         self._key = key
         self._make = make
-        self._lease: Any = None
+        self._lease: Optional[_native.NativeLease] = None
         self._watch = watch
 
     async def __aenter__(self) -> Optional[L]:
@@ -96,21 +101,20 @@ class _TryHold(Generic[L]):
         return False
 
 
-async def release(native_lease: Any, et: Optional[Type[BaseException]], watch: Optional[_aio.LoopWatch]) -> None:
-    """Lets the key go when a block ends, and returns once the store did
-    (LOCK-01). A lost lease raises ``LostError``, unless the block raised its
-    own error, which then reaches the caller unchanged (LOCK-04)."""
-    try:
-        await _aio.result_of(native_lease.release(), watch)
-    except LostError:
-        if et is None:
-            raise
+async def release(
+    native_lease: _native.NativeLease, et: Optional[Type[BaseException]], watch: Optional[_aio.LoopWatch]
+) -> None:
+    """Ends the hold when a block ends, and returns once the store let the
+    key go (LOCK-01): the core raises ``LostError`` for a lease lost while
+    the block ran, unless the block raised its own error, which then reaches
+    the caller unchanged (LOCK-04)."""
+    await _aio.result_of(native_lease.end(et is not None), watch)
 
 
 class _Handle:
     __slots__ = ("_native", "_watch")
 
-    def __init__(self, native: Any, watch: Optional[_aio.LoopWatch] = None) -> None:
+    def __init__(self, native: _native.NativeLock, watch: Optional[_aio.LoopWatch] = None) -> None:
         self._native = native
         self._watch = watch
 
@@ -193,7 +197,7 @@ class Semaphore(_Handle):
 
     __slots__ = ("limit",)
 
-    def __init__(self, native: Any, limit: int, watch: Optional[_aio.LoopWatch] = None) -> None:
+    def __init__(self, native: _native.NativeLock, limit: int, watch: Optional[_aio.LoopWatch] = None) -> None:
         super().__init__(native, watch)
         self.limit = limit
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from contextvars import ContextVar
-from typing import Any, Awaitable, Callable, Dict, Generic, List, NamedTuple, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, Generic, List, NamedTuple, TypeVar, Union, overload
 
 from . import _aio
 from .branch import Branch, Key
@@ -92,7 +92,13 @@ class Database:
         writes (``tx.query`` does)."""
         return await _aio.result(self._native.query(sql, *params))
 
-    async def tx(self, fn: Callable[["SqlTx"], Union[Awaitable[R], R]]) -> R:
+    # An async fn gives its awaited result, a plain one its result.
+    @overload
+    async def tx(self, fn: Callable[["SqlTx"], Awaitable[R]]) -> R: ...
+    @overload
+    async def tx(self, fn: Callable[["SqlTx"], R]) -> R: ...
+
+    async def tx(self, fn: Callable[["SqlTx"], Any]) -> Any:
         """Runs ``fn(tx)`` in one transaction and gives what it returns.
 
         Committed when ``fn`` returns, rolled back when it raises (its error
@@ -124,7 +130,7 @@ class Database:
             this.open = False
             _inside.reset(token)
         await _aio.result(native.commit())
-        return out  # type: ignore[return-value]
+        return out
 
     def __repr__(self) -> str:
         return f"Database({self.name!r})"

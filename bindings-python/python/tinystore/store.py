@@ -10,6 +10,7 @@ from typing import Any, Generator, Optional, Type, TypeVar, Union, overload
 
 from . import _aio, _native
 from .channel import Channel
+from ._status import StoreStatus
 from .lock import Duration, Lock, Semaphore
 from .sql import Database
 
@@ -26,7 +27,7 @@ class Store:
 
     __slots__ = ("_native", "_watch")
 
-    def __init__(self, native: Any) -> None:
+    def __init__(self, native: _native.NativeStore) -> None:
         self._native = native
         # Connected: the running loop reads the connection's socket itself.
         self._watch = _aio.LoopWatch(native) if native.connected else None
@@ -132,16 +133,18 @@ class Store:
     def closed(self) -> bool:
         return self._native.closed
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> StoreStatus:
         """What the store holds now: subscriptions and branches, held keys
-        with their fences and waiters (a dict of JSON values). Connected, it
+        with their fences and waiters: a dict of JSON values, typed as
+        :class:`tinystore.StoreStatus` (its shape comes from the core). Connected, it
         is asked of the owner (one round trip, waited for here). Raises
         ``ClosedError`` once the store is closed."""
         if self._watch is not None:
             # This thread waits for the answer here, so the loop cannot read
             # it: the engine does (the next call watches again).
             self._watch.detach()
-        return json.loads(self._native.status_json())
+        status: StoreStatus = json.loads(self._native.status_json())
+        return status
 
     async def close(self) -> None:
         """Closes the store: subscriptions end, held keys are let go (their
@@ -209,21 +212,43 @@ def open(dir: Union[str, "os.PathLike[str]"]) -> Opening:
     return Opening(lambda: _native.open(path))
 
 
-def connect(address: str) -> Opening:
+def connect(
+    address: str,
+    *,
+    token: Optional[str] = None,
+    ca_file: Union[str, "os.PathLike[str]", None] = None,
+    request_timeout: Optional[Duration] = None,
+) -> Opening:
     """Connects to a store another process serves at ``address``; the same
     API as an owned store, reconnecting by itself when the connection drops.
 
     - ``"unix:PATH"``: a Unix socket (an owner serves ``unix:<dir>/tinystore.sock``).
-    - ``"tcp:HOST:PORT"``: TCP, with the token in the environment variable
-      ``TINYSTORE_TOKEN`` (made with ``tinystore token new <dir>``).
-    - ``"tls:HOST:PORT"``: TCP inside TLS, with the token in ``TINYSTORE_TOKEN``
-      and, in ``TINYSTORE_CA``, the PEM file of the certificate (or its CA)
-      the store serves, checked for HOST (see docs/wire.md, "TLS").
+    - ``"tcp:HOST:PORT"``: TCP, with a token (made with ``tinystore token new <dir>``).
+    - ``"tls:HOST:PORT"``: TCP inside TLS, with a token and the PEM file of
+      the certificate (or its CA) the store serves, checked for HOST (see
+      docs/wire.md, "TLS").
 
-    Raises ``InvalidError`` for an address out of rule or ``tls:`` without
-    ``TINYSTORE_CA``, ``IoError`` when nobody listens there or the CA file is
-    unreadable, ``AuthError`` for a wrong or missing token or a certificate
-    the CA does not vouch for, ``ProtocolError`` when only one side speaks
-    TLS. Runs off the event loop.
+    Keyword arguments, each defaulting to the environment so that a
+    deployment can set them without code:
+
+    - ``token``: a line of the owner's ``<dir>/tokens``, for ``tcp:`` and
+      ``tls:``; default the environment variable ``TINYSTORE_TOKEN``. Two
+      stores with two tokens can be connected from one process.
+    - ``ca_file``: for ``tls:``, the PEM file of the CA certificate(s) to
+      trust (only these: no public roots); default ``TINYSTORE_CA``.
+    - ``request_timeout``: how long a request may go unanswered (beyond a
+      hold's ``wait``) before it raises ``TimeoutError``: ``"5s"``, seconds,
+      or a ``timedelta``; default 10 seconds.
+
+    Raises ``InvalidError`` for an address or duration out of rule or ``tls:``
+    without a CA file, ``IoError`` when nobody listens there or the CA file
+    is unreadable, ``AuthError`` for a wrong or missing token or a
+    certificate the CA does not vouch for, ``ProtocolError`` when only one
+    side speaks TLS. Runs off the event loop.
+
+    ::
+
+        store = await tinystore.connect("tls:db.example.com:7443", token=token, ca_file="ca.pem")
     """
-    return Opening(lambda: _native.connect(address))
+    ca = None if ca_file is None else os.fspath(ca_file)
+    return Opening(lambda: _native.connect(address, token, ca, request_timeout))

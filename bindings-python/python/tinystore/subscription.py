@@ -8,7 +8,7 @@ import inspect
 from collections import deque
 from typing import Any, Awaitable, Callable, Deque, Generic, Optional, TypeVar, Union
 
-from . import _aio
+from . import _aio, _native
 from .codec import Codec
 from .message import Message, Missed
 
@@ -59,10 +59,10 @@ def _unfit(e: BaseException, seq: int, branch: Any) -> BaseException:
     return e
 
 
-async def _next_batch(native: Any, watch: Optional[_aio.LoopWatch]) -> list[Any]:
+async def _next_batch(native: _native.NativeSubscription, watch: Optional[_aio.LoopWatch]) -> list[_native._Event]:
     r = native.next_batch(BATCH)
-    if type(r) is _aio.Pending:
-        r = await _aio.call(r, watch)
+    if isinstance(r, _aio.Pending):
+        return await _aio.call(r, watch)
     return r
 
 
@@ -79,7 +79,7 @@ class Subscription(Generic[T]):
 
     def __init__(
         self,
-        native: Any,
+        native: _native.NativeSubscription,
         codec: Codec[T],
         handler: Handler[T],
         on_missed: Optional[MissedHandler],
@@ -188,18 +188,25 @@ class Messages(Generic[T]):
     """
 
     def __init__(
-        self, subscribe: Callable[[], Awaitable[Any]], codec: Codec[T], watch: Optional[_aio.LoopWatch] = None
+        self,
+        subscribe: Callable[[], Awaitable[_native.NativeSubscription]],
+        codec: Codec[T],
+        watch: Optional[_aio.LoopWatch] = None,
     ) -> None:
         self._subscribe = subscribe
         self._watch = watch
-        self._native: Any = None
+        self._native: Optional[_native.NativeSubscription] = None
         self._codec = codec
         self._ready: Deque[Any] = deque()
         self._closed = False
 
-    async def _start(self) -> "Messages[T]":
+    async def _started(self) -> _native.NativeSubscription:
         if self._native is None:
             self._native = await self._subscribe()
+        return self._native
+
+    async def _start(self) -> "Messages[T]":
+        await self._started()
         return self
 
     def __aiter__(self) -> "Messages[T]":
@@ -209,8 +216,7 @@ class Messages(Generic[T]):
         while not self._ready:
             if self._closed:
                 raise StopAsyncIteration
-            await self._start()
-            batch = await _next_batch(self._native, self._watch)
+            batch = await _next_batch(await self._started(), self._watch)
             if not batch:
                 self._closed = True
                 raise StopAsyncIteration

@@ -1,6 +1,7 @@
 //! The typed Rust API of locks and semaphores.
 
 use std::cell::Cell;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use crate::api::backend::LockBackend;
 use crate::api::lease::RawLease;
 use crate::engine::locks::{Holder, Kind, Terms};
-use crate::base::error::{Error, Result};
+use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::fence::Fence;
 use crate::base::key::Key;
 use crate::base::limits::{DEFAULT_TTL, DEFAULT_WAIT, check_name, check_positive, check_ttl};
@@ -225,15 +226,35 @@ fn acquire(raw: &RawLock, key: Key, terms: Terms, wait: Duration) -> Result<RawL
     }
 }
 
-/// Runs `f` under the lease, then lets it go; a lost lease is an error even
-/// if `f` succeeded, and `f`'s own error wins over it.
-/// Returns once the store let the key go (LOCK-01).
+/// Runs `f` under the lease, then ends it ([`end_of_hold`]).
 fn run<L, T, E: From<Error>>(lease: L, raw: impl FnOnce(L) -> RawLease, f: impl FnOnce(&L) -> Result<T, E>) -> Result<T, E> {
     let out = f(&lease);
-    let released = raw(lease).release();
+    let ended = end_of_hold(raw(lease), out.is_err());
     let v = out?;
-    released?;
+    ended?;
     Ok(v)
+}
+
+/// Ends a hold, for every binding alike: lets the key go, and gives the
+/// error the hold ends with. A lease lost while the body ran is a `lost`
+/// error even if the body succeeded (a release never pretends a lost lease
+/// was held); when the body failed, its own error wins and this is `Ok`
+/// (LOCK-04). Returns once the store let the key go (LOCK-01); blocks: from
+/// async code or a host's event loop use [`end_of_hold_async`].
+pub fn end_of_hold(lease: RawLease, body_failed: bool) -> Result<()> {
+    let released = lease.release();
+    if body_failed { Ok(()) } else { released }
+}
+
+/// As [`end_of_hold`], without blocking: the release is sent within this
+/// call (later requests on the connection follow it, none waits for it), and
+/// the future resolves with the hold's outcome once the store let the key go.
+pub fn end_of_hold_async(lease: RawLease, body_failed: bool) -> impl Future<Output = Result<()>> + Send + 'static {
+    let released = lease.release_async();
+    async move {
+        let released = released.await;
+        if body_failed { Ok(()) } else { released }
+    }
 }
 
 /// Builds a [`Semaphore`]: `store.semaphore("exports").limit(3).open()?`.
@@ -337,6 +358,270 @@ impl Semaphore {
             None => Ok(None),
             Some(raw) => run(Permit { raw }, |p| p.raw, f).map(Some),
         }
+    }
+}
+
+/// Where a lease a binding holds is: held, let go, or lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Held: its body may go on.
+    Held,
+    /// Let go by its holder, before anything took it away.
+    Released,
+    /// Lost (ttl, `maxHold`, the store closed), whether ended since or not.
+    Lost,
+}
+
+/// A lease as a binding keeps it for its host's lease object: the state,
+/// the end of the hold and why it was lost all come from here, so no
+/// binding rebuilds them. `&self` throughout: share it behind an `Arc`.
+pub struct HeldLease {
+    raw: parking_lot::Mutex<Option<RawLease>>,
+    fence: Option<Fence>,
+    key: Key,
+    state: tokio::sync::watch::Sender<LeaseState>,
+    /// Why it was lost, kept once the lease is ended.
+    lost: parking_lot::Mutex<Option<Error>>,
+}
+
+impl HeldLease {
+    /// Keeps `raw`, and follows it to its end.
+    pub fn new(raw: RawLease) -> HeldLease {
+        let state = tokio::sync::watch::Sender::new(LeaseState::Held);
+        let told = state.clone();
+        raw.on_lost(move || {
+            told.send_if_modified(|s| std::mem::replace(s, LeaseState::Lost) == LeaseState::Held);
+        });
+        HeldLease {
+            fence: raw.fence(),
+            key: raw.key().clone(),
+            raw: parking_lot::Mutex::new(Some(raw)),
+            state,
+            lost: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// The fence; `None` for a semaphore's permit.
+    pub fn fence(&self) -> Option<Fence> {
+        self.fence
+    }
+
+    /// The key held.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// Held, released or lost. A lease over a connection past its deadline
+    /// is lost now, even before its timer ran.
+    pub fn state(&self) -> LeaseState {
+        if let Some(raw) = self.raw.lock().as_ref()
+            && raw.is_lost()
+        {
+            self.state.send_if_modified(|s| std::mem::replace(s, LeaseState::Lost) == LeaseState::Held);
+        }
+        *self.state.borrow()
+    }
+
+    /// True once lost (see [`state`](Self::state)).
+    pub fn is_lost(&self) -> bool {
+        self.state() == LeaseState::Lost
+    }
+
+    /// True until the hold was ended ([`end`](Self::end)), lost or not.
+    pub fn is_held(&self) -> bool {
+        self.raw.lock().is_some()
+    }
+
+    /// The `lost` error of this lease, once lost (also after it was ended).
+    pub fn lost_error(&self) -> Option<Error> {
+        if let Some(e) = self.lost.lock().clone() {
+            return Some(e);
+        }
+        self.raw.lock().as_ref().filter(|r| r.is_lost()).map(RawLease::lost_error)
+    }
+
+    /// Time until the lease runs out, where it can; `None` once ended.
+    pub fn time_left(&self) -> Option<Duration> {
+        self.raw.lock().as_ref().and_then(RawLease::time_left)
+    }
+
+    /// Calls `f` once, when the lease is lost (at once if it is); never for
+    /// a lease let go first (then `f` is dropped uncalled when it ends).
+    pub fn on_lost(&self, f: impl FnOnce() + Send + 'static) {
+        if let Some(raw) = self.raw.lock().as_ref() {
+            raw.on_lost(f)
+        }
+    }
+
+    /// Ends the hold ([`end_of_hold`]): the error to raise when the body
+    /// ended, given whether the body itself failed. Returns once the store
+    /// let the key go (LOCK-01); blocks, so a binding on an event loop uses
+    /// [`end_async`](Self::end_async). Later calls do nothing.
+    pub fn end(&self, body_failed: bool) -> Result<()> {
+        let Some(raw) = self.take() else { return Ok(()) };
+        let released = raw.release();
+        self.ended_with(&released);
+        if body_failed { Ok(()) } else { released }
+    }
+
+    /// As [`end`](Self::end), without blocking: the release is sent within
+    /// this call, and the future resolves with the hold's outcome once the
+    /// store let the key go (LOCK-01). A release cut off before its answer
+    /// is sent again after a reconnect with the lease id and fence; past the
+    /// request timeout it ends with `closed`, saying when the ttl lets the
+    /// key go. Later calls resolve to `Ok` at once.
+    pub fn end_async(self: &Arc<Self>, body_failed: bool) -> impl Future<Output = Result<()>> + Send + 'static {
+        let released = self.take().map(RawLease::release_async);
+        let me = self.clone();
+        async move {
+            let Some(released) = released else { return Ok(()) };
+            let released = released.await;
+            me.ended_with(&released);
+            if body_failed { Ok(()) } else { released }
+        }
+    }
+
+    /// Takes the lease to end it, noting first whether it was lost.
+    fn take(&self) -> Option<RawLease> {
+        let raw = self.raw.lock().take()?;
+        if raw.is_lost() {
+            *self.lost.lock() = Some(raw.lost_error());
+        }
+        Some(raw)
+    }
+
+    /// The state once the release was answered: lost if it was, or the
+    /// store said so, else released.
+    fn ended_with(&self, released: &Result<()>) {
+        if let Err(e) = released
+            && e.kind() == ErrorKind::Lost
+        {
+            self.lost.lock().get_or_insert_with(|| e.clone());
+        }
+        self.state.send_if_modified(|s| {
+            let held = *s == LeaseState::Held;
+            if held {
+                *s = if self.lost.lock().is_some() { LeaseState::Lost } else { LeaseState::Released };
+            }
+            held
+        });
+    }
+
+    /// Resolves when the lease is no longer held: `Lost` or `Released`.
+    pub async fn ended(&self) -> LeaseState {
+        let mut rx = self.state.subscribe();
+        match rx.wait_for(|s| *s != LeaseState::Held).await {
+            Ok(s) => *s,
+            Err(_) => self.state(),
+        }
+    }
+}
+
+impl std::fmt::Debug for HeldLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldLease").field("key", &self.key).field("fence", &self.fence).field("state", &self.state()).finish()
+    }
+}
+
+/// A lock or semaphore handle as the bindings make it: its name, kind and
+/// options checked when made (NAMES), and declared to the store once, on
+/// first use. In the owning process the declare is made at once (no round
+/// trip); over a connection it is started in the background when the handle
+/// is made, and the first [`get`](Self::get) awaits its answer, so making a
+/// handle never waits for the owner, and a `conflict` (another kind or
+/// limit) surfaces at the first hold at the latest. A declare that failed
+/// otherwise (the connection was down, a timeout) is asked again at the
+/// next use.
+pub struct LockHandle {
+    store: Store,
+    name: String,
+    kind: Kind,
+    opts: LockOptions,
+    raw: tokio::sync::OnceCell<RawLock>,
+    /// The declare started when the handle was made; taken by the first use.
+    declare: parking_lot::Mutex<Option<tokio::task::JoinHandle<Result<RawLock>>>>,
+}
+
+impl LockHandle {
+    /// Checks `name`, `kind` (a semaphore's limit is 1 or more), `opts` and
+    /// that `store` is open, then declares (owned) or starts declaring
+    /// (connected). Errors: `invalid`, `conflict` (owned: another kind or
+    /// limit), `closed`.
+    pub fn new(store: &Store, name: &str, kind: Kind, opts: LockOptions) -> Result<LockHandle> {
+        match kind {
+            Kind::Lock => check_name("lock", name)?,
+            Kind::Semaphore { limit } => {
+                check_name("semaphore", name)?;
+                if limit == 0 {
+                    return Err(Error::invalid("a semaphore's limit is 1 or more, like 3"));
+                }
+            }
+        }
+        let opts = opts.check()?;
+        store.check_open()?;
+        let mut h = LockHandle {
+            store: store.clone(),
+            name: name.to_owned(),
+            kind,
+            opts,
+            raw: tokio::sync::OnceCell::new(),
+            declare: parking_lot::Mutex::new(None),
+        };
+        if store.is_owner() {
+            h.raw = tokio::sync::OnceCell::new_with(Some(store.lock_raw(name, kind)?));
+        } else {
+            let (store, name) = (store.clone(), name.to_owned());
+            *h.declare.get_mut() = Some(runtime::spawn(async move { store.lock_raw_async(&name, kind).await }));
+        }
+        Ok(h)
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Lock or semaphore, and its limit.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The checked options.
+    pub fn options(&self) -> LockOptions {
+        self.opts
+    }
+
+    /// The engine's lock, declared once: at once when made, else the
+    /// declare's answer.
+    pub async fn get(&self) -> Result<&RawLock> {
+        if let Some(raw) = self.raw.get() {
+            return Ok(raw);
+        }
+        self.raw
+            .get_or_try_init(|| async {
+                let started = self.declare.lock().take();
+                if let Some(task) = started {
+                    match task.await {
+                        Ok(Ok(raw)) => return Ok(raw),
+                        // A conflict is final; anything else is asked once more, now.
+                        Ok(Err(e)) if e.kind() == ErrorKind::Conflict => return Err(e),
+                        Ok(Err(_)) | Err(_) => {}
+                    }
+                }
+                self.store.lock_raw_async(&self.name, self.kind).await
+            })
+            .await
+    }
+
+    /// The engine's lock if it was declared already (no wait).
+    pub fn declared(&self) -> Option<&RawLock> {
+        self.raw.get()
+    }
+
+    /// As [`get`](Self::get), blocking the calling thread (not an event
+    /// loop's): for bindings whose open waits for the owner's answer.
+    pub fn get_blocking(&self) -> Result<&RawLock> {
+        runtime::block_on(self.get())
     }
 }
 

@@ -6,5 +6,6 @@ pub(crate) mod channels;
 pub(crate) mod lease;
 pub(crate) mod locks;
 pub mod sql;
+pub mod status;
 pub(crate) mod store;
 pub(crate) mod subscription;

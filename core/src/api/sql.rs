@@ -28,13 +28,34 @@ use crate::api::store::Store;
 /// The default busy timeout: how long a writer waits for another one.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A statement and its parameters; made by [`sql!`](crate::api::sql!) or from a `&str`.
+/// A statement and its parameters; made by [`sql!`](crate::sql!) or from a `&str`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Statement {
     /// The SQL text, with `?` for each parameter.
     pub sql: String,
     /// The parameters, bound in order; never spliced into the text.
     pub params: Vec<SqlValue>,
+}
+
+impl Statement {
+    /// Checks the parameters, for every binding alike: a real that is NaN or
+    /// infinite is refused with `invalid` naming it (SQLite would store NaN
+    /// as null, silently).
+    pub fn check(&self) -> Result<()> {
+        for (i, p) in self.params.iter().enumerate() {
+            if let SqlValue::Real(f) = p
+                && !f.is_finite()
+            {
+                let got = if f.is_nan() { "NaN" } else if *f > 0.0 { "Infinity" } else { "-Infinity" };
+                return Err(Error::invalid(format!(
+                    "a SQL parameter is a finite number; got {got} for parameter {} (?{}): bind null for no value",
+                    i + 1,
+                    i + 1
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl From<&str> for Statement {
@@ -510,12 +531,14 @@ impl<'t, T: Serialize> TxBranch<'t, T> {
 }
 
 fn exec_on(c: &Connection, s: &Statement) -> Result<Done> {
+    s.check()?;
     let mut st = c.prepare_cached(&s.sql)?;
     let changes = st.execute(rusqlite::params_from_iter(s.params.iter()))?;
     Ok(Done { changes: changes as u64, last_insert_rowid: c.last_insert_rowid() })
 }
 
 fn rows_on(c: &Connection, s: &Statement) -> Result<Rows> {
+    s.check()?;
     let mut st = c.prepare_cached(&s.sql)?;
     let columns: Vec<String> = st.column_names().into_iter().map(str::to_owned).collect();
     let n = columns.len();
@@ -528,6 +551,7 @@ fn rows_on(c: &Connection, s: &Statement) -> Result<Rows> {
 }
 
 fn query_on<T: DeserializeOwned>(c: &Connection, s: &Statement) -> Result<Vec<T>> {
+    s.check()?;
     let mut st = c.prepare_cached(&s.sql)?;
     let columns: Vec<String> = st.column_names().into_iter().map(str::to_owned).collect();
     let mut q = st.query(rusqlite::params_from_iter(s.params.iter()))?;

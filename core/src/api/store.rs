@@ -400,11 +400,17 @@ impl Store {
         if let Err(e) = checked {
             return Some(Err(e));
         }
-        self.inner.backend.publish_then(channel, branch, data, Box::new(done))
+        // Boxed only by a backend that keeps it: the owned one answers at once.
+        let mut done = Some(done);
+        let mut keep = || Box::new(done.take().expect("a backend keeps `done` once")) as Box<dyn FnOnce(Result<()>) + Send>;
+        self.inner.backend.publish_then(channel, branch, data, &mut keep)
     }
 
-    /// Publishes at once (a commit's messages; the server's requests).
+    /// Publishes at once (a transaction's messages at its commit).
     pub(crate) fn publish_now(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
+        self.check_open()?;
+        check_name("channel", channel)?;
+        branch.iter().try_for_each(Key::check)?;
         self.inner.backend.publish_now(channel, branch, data)
     }
 

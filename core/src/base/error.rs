@@ -58,22 +58,47 @@ impl ErrorKind {
 
     /// The kind whose [`code`](ErrorKind::code) is `code`, if any.
     pub fn from_code(code: &str) -> Option<ErrorKind> {
-        const ALL: [ErrorKind; 13] = [
-            ErrorKind::Timeout,
-            ErrorKind::Invalid,
-            ErrorKind::Limit,
-            ErrorKind::Closed,
-            ErrorKind::Lost,
-            ErrorKind::Owned,
-            ErrorKind::Conflict,
-            ErrorKind::Busy,
-            ErrorKind::Sql,
-            ErrorKind::Auth,
-            ErrorKind::Io,
-            ErrorKind::Protocol,
-            ErrorKind::Internal,
-        ];
-        ALL.into_iter().find(|k| k.code() == code)
+        ErrorKind::ALL.into_iter().find(|k| k.code() == code)
+    }
+
+    /// Every kind, in the order the bindings list them: the source of each
+    /// binding's generated code list (core/tests/generated.rs).
+    pub const ALL: [ErrorKind; 13] = [
+        ErrorKind::Timeout,
+        ErrorKind::Invalid,
+        ErrorKind::Limit,
+        ErrorKind::Closed,
+        ErrorKind::Lost,
+        ErrorKind::Owned,
+        ErrorKind::Conflict,
+        ErrorKind::Busy,
+        ErrorKind::Sql,
+        ErrorKind::Auth,
+        ErrorKind::Io,
+        ErrorKind::Protocol,
+        ErrorKind::Internal,
+    ];
+
+    /// What this kind means, in one line for a binding's docs (the variant's
+    /// doc without its code).
+    pub fn doc(self) -> &'static str {
+        match self {
+            ErrorKind::Timeout => "A wait ran out: hold found no free key within its wait, and nothing ran.",
+            ErrorKind::Invalid => "The caller passed something out of rule: a bad name, key, duration or value.",
+            ErrorKind::Limit => "A limit was reached: message size, subscriptions, pending output.",
+            ErrorKind::Closed => "The store (or the connection to it) is closed.",
+            ErrorKind::Lost => "A lease ran out or was taken away before its holder let it go.",
+            ErrorKind::Owned => "Another process owns the store directory.",
+            ErrorKind::Conflict => {
+                "The request contradicts what the store already has: a semaphore opened with another limit, a key the same holder already holds."
+            }
+            ErrorKind::Busy => "A SQL database stayed locked by another writer past the busy timeout.",
+            ErrorKind::Sql => "A SQL statement failed, or a migration could not be applied.",
+            ErrorKind::Auth => "A missing or wrong token, or a token without the right.",
+            ErrorKind::Io => "The operating system refused a file or socket operation.",
+            ErrorKind::Protocol => "The peer spoke something this side does not understand.",
+            ErrorKind::Internal => "A bug in tinystore itself.",
+        }
     }
 }
 
@@ -154,5 +179,39 @@ impl From<rusqlite::Error> for Error {
 impl From<serde_json::Error> for Error {
     fn from(e: serde_json::Error) -> Error {
         Error::invalid(format!("a value could not be converted to or from JSON: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorKind;
+
+    /// A new kind must be added to `ALL` (and so to every binding's
+    /// generated list): this match breaks the build until it is placed.
+    fn position(k: ErrorKind) -> usize {
+        match k {
+            ErrorKind::Timeout => 0,
+            ErrorKind::Invalid => 1,
+            ErrorKind::Limit => 2,
+            ErrorKind::Closed => 3,
+            ErrorKind::Lost => 4,
+            ErrorKind::Owned => 5,
+            ErrorKind::Conflict => 6,
+            ErrorKind::Busy => 7,
+            ErrorKind::Sql => 8,
+            ErrorKind::Auth => 9,
+            ErrorKind::Io => 10,
+            ErrorKind::Protocol => 11,
+            ErrorKind::Internal => 12,
+        }
+    }
+
+    #[test]
+    fn every_kind_is_listed_once_with_its_code() {
+        for (i, k) in ErrorKind::ALL.into_iter().enumerate() {
+            assert_eq!(position(k), i, "{k:?} is out of place in ErrorKind::ALL");
+            assert_eq!(ErrorKind::from_code(k.code()), Some(k));
+            assert!(!k.doc().is_empty() && !k.doc().contains('\n'));
+        }
     }
 }

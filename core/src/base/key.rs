@@ -23,7 +23,7 @@ impl Key {
     pub fn check(&self) -> Result<()> {
         if self.0.is_empty() || self.0.len() > MAX_KEY_BYTES {
             return Err(Error::invalid(format!(
-                "a key is 1 to 1024 bytes of text or an integer, like 42 or \"chat-42\"; got {} bytes",
+                "a key is 1 to 1,024 bytes of text or an integer, like 42 or \"chat-42\"; got {} bytes",
                 self.0.len()
             )));
         }

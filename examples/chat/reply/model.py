@@ -20,8 +20,10 @@ def reply(source: str, turn: int, said: str) -> str:
     """
     if source:
         turns = corpus.script(source)
-        if turn < len(turns) and turns[turn].said == said and turns[turn].answer is not None:
-            return turns[turn].answer
+        if turn < len(turns):
+            this = turns[turn]
+            if this.said == said and this.answer is not None:
+                return this.answer
         known = corpus.answers(source).get(said)
         if known is not None:
             return known

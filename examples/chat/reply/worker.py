@@ -106,8 +106,13 @@ async def main() -> None:
 
     sub = await events.subscribe(lambda m: wake.set(), on_missed=missed, recursive=True)
     stop = asyncio.Event()
+
+    def stopping() -> None:
+        stop.set()
+        wake.set()
+
     for s in (signal.SIGTERM, signal.SIGINT):
-        asyncio.get_running_loop().add_signal_handler(s, lambda: (stop.set(), wake.set()))
+        asyncio.get_running_loop().add_signal_handler(s, stopping)
     log("ready")
 
     while not stop.is_set():

@@ -2,6 +2,6 @@ module tinystore-chat/summary
 
 go 1.26
 
-require tinystore v0.0.0
+require tinystore.dev/tinystore v0.0.0
 
-replace tinystore => ../../../bindings-go/go
+replace tinystore.dev/tinystore => ../../../bindings-go/go

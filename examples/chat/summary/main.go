@@ -22,10 +22,10 @@ import (
 	"syscall"
 	"time"
 
-	"tinystore"
-	"tinystore/channels"
-	"tinystore/locks"
-	"tinystore/sqldb"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/channels"
+	"tinystore.dev/tinystore/locks"
+	"tinystore.dev/tinystore/sqldb"
 )
 
 // ChatEvent is what chat-events carries: a message of a chat was saved.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"tinystore"
-	"tinystore/locks"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/locks"
 )
 
 // chatWith opens a store in a fresh directory and gives a chat of n messages.

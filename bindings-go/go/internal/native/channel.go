@@ -16,7 +16,7 @@ import (
 func (s *Store) CheckChannel(name string) error {
 	var e *C.TsError
 	p, n := ptr(name)
-	err := result(nil, C.ts_channel_check(s.p, p, n, &e), e)
+	err := errorOf(C.ts_channel_check(s.p, p, n, &e), e)
 	runtime.KeepAlive(s)
 	return err
 }
@@ -99,7 +99,7 @@ func (s *Sub) Next(max int) (events []Event, ended bool, err error) {
 	var evs *C.TsEvent
 	var n C.size_t
 	var end C.uint8_t
-	if err := result(nil, C.ts_sub_next(s.p, C.size_t(max), &evs, &n, &end, &e), e); err != nil {
+	if err := errorOf(C.ts_sub_next(s.p, C.size_t(max), &evs, &n, &end, &e), e); err != nil {
 		return nil, false, err
 	}
 	for _, ev := range unsafe.Slice(evs, int(n)) {

@@ -1,45 +1,12 @@
 package native
 
-import (
-	"errors"
-	"fmt"
-)
+import "fmt"
 
-// The one place where the core's error codes become Go errors. The public
-// package tinystore re-exports these sentinels; every error of this module
-// that comes from the engine is an *Error whose Unwrap gives one of them, so
-// errors.Is(err, tinystore.ErrTimeout) works.
-var (
-	ErrTimeout  = errors.New("tinystore: timeout")
-	ErrInvalid  = errors.New("tinystore: invalid")
-	ErrLimit    = errors.New("tinystore: limit")
-	ErrClosed   = errors.New("tinystore: closed")
-	ErrLost     = errors.New("tinystore: lost")
-	ErrOwned    = errors.New("tinystore: owned")
-	ErrConflict = errors.New("tinystore: conflict")
-	ErrBusy     = errors.New("tinystore: busy")
-	ErrSQL      = errors.New("tinystore: sql")
-	ErrAuth     = errors.New("tinystore: auth")
-	ErrIO       = errors.New("tinystore: io")
-	ErrProtocol = errors.New("tinystore: protocol")
-	ErrInternal = errors.New("tinystore: internal")
-)
-
-var byCode = map[string]error{
-	"timeout":  ErrTimeout,
-	"invalid":  ErrInvalid,
-	"limit":    ErrLimit,
-	"closed":   ErrClosed,
-	"lost":     ErrLost,
-	"owned":    ErrOwned,
-	"conflict": ErrConflict,
-	"busy":     ErrBusy,
-	"sql":      ErrSQL,
-	"auth":     ErrAuth,
-	"io":       ErrIO,
-	"protocol": ErrProtocol,
-	"internal": ErrInternal,
-}
+// The one place where the core's error codes become Go errors: the
+// sentinels and byCode are generated from the core (errors_codes.go). The
+// public package tinystore re-exports the sentinels; every error of this
+// module that comes from the engine is an *Error whose Unwrap gives one of
+// them, so errors.Is(err, tinystore.ErrTimeout) works.
 
 // Error is an error of the engine: its stable Code ("timeout", "invalid",
 // "limit", "closed", "lost", "owned", "conflict", "busy", "sql", "auth",

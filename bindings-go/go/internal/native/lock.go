@@ -59,7 +59,7 @@ func (s *Store) OpenLock(name string, semaphore bool, limit int, o LockOptions) 
 	var p *C.TsLock
 	var e *C.TsError
 	np, nn := ptr(name)
-	err := result(nil, C.ts_lock_open(s.p, np, nn, sem, lim, &opts, &p, &e), e)
+	err := errorOf(C.ts_lock_open(s.p, np, nn, sem, lim, &opts, &p, &e), e)
 	runtime.KeepAlive(s)
 	if err != nil {
 		return nil, err
@@ -72,7 +72,7 @@ func (s *Store) OpenLock(name string, semaphore bool, limit int, o LockOptions) 
 // UniqueHolder gives a holder id no other call of this process got.
 func UniqueHolder() uint64 { return uint64(C.ts_holder_unique()) }
 
-// Lease is a held lease or permit, until Release.
+// Lease is a held lease or permit, until End.
 type Lease struct {
 	mu sync.Mutex
 	p  *C.TsLease
@@ -127,16 +127,21 @@ func (l *Lease) IsLost() bool {
 	return l.p != nil && C.ts_lease_is_lost(l.p) != 0
 }
 
-// Release lets the key go and frees the lease; an error of code "lost" if
-// it had been lost. Later calls do nothing.
-func (l *Lease) Release() error {
+// End ends the hold and frees the lease: the core's rule gives an error of
+// code "lost" if the lease had been lost while the function ran, unless
+// bodyFailed (the function's own error wins). Later calls do nothing.
+func (l *Lease) End(bodyFailed bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.p == nil {
 		return nil
 	}
+	failed := C.uint8_t(0)
+	if bodyFailed {
+		failed = 1
+	}
 	var e *C.TsError
-	rc := C.ts_lease_release(l.p, &e)
+	rc := C.ts_lease_end(l.p, failed, &e)
 	l.p = nil
-	return result(nil, rc, e)
+	return errorOf(rc, e)
 }

@@ -1,16 +1,18 @@
 // Package native is the only package of this module that speaks cgo: it
 // turns each call of the public packages into one call of the C ABI in
 // include/tinystore.h (the Rust crate bindings-go, linked as a static
-// library) and back. It holds no engine logic.
+// library) and back. Where the header and the library are is said by one
+// library_*.go file: in a checkout, the repository's include/ and target/;
+// in the module as packaged (make dist), its own include/ and lib/. It
+// holds no engine logic.
 //
 // Rules it keeps: no Go pointer is kept by C after a call returns, and C
 // never calls into Go: what happens later (a subscription has something to
 // read, a lease was lost) comes back as a token on the completion queue,
-// which one goroutine drains (hub.go).
+// which one goroutine drains (completions.go).
 package native
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../../../include
 #include <stdlib.h>
 #include "tinystore.h"
 */
@@ -68,9 +70,9 @@ func cancelFor(ctx context.Context) (*C.TsCancel, func()) {
 	}
 }
 
-// result turns a call's status and error into a Go error; the code
-// "cancelled" becomes ctx's own error.
-func result(ctx context.Context, rc C.int32_t, e *C.TsError) error {
+// errorOf turns a call's status and error into a Go error, for a call that
+// takes no cancel switch.
+func errorOf(rc C.int32_t, e *C.TsError) error {
 	if rc == C.TS_OK {
 		return nil
 	}
@@ -79,13 +81,20 @@ func result(ctx context.Context, rc C.int32_t, e *C.TsError) error {
 	}
 	code, msg := C.GoString(e.code), C.GoString(e.message)
 	C.ts_error_free(e)
-	if code == "cancelled" && ctx != nil {
+	return newError(code, msg)
+}
+
+// result is errorOf for a call given ctx: the code "cancelled" (its
+// cancelFor switch fired) becomes ctx's own error.
+func result(ctx context.Context, rc C.int32_t, e *C.TsError) error {
+	err := errorOf(rc, e)
+	if ne, ok := err.(*Error); ok && ne.Code == "cancelled" {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		return context.Canceled
 	}
-	return newError(code, msg)
+	return err
 }
 
 // libraryStamp names the build of the static library this binary linked.
@@ -95,3 +104,15 @@ var libraryStamp string
 
 // LibraryStamp is the stamp of the linked library ("" when not set).
 func LibraryStamp() string { return libraryStamp }
+
+// CLI runs the tinystore command with args (the program's name first) in
+// this process and returns its exit status.
+func CLI(args []string) int {
+	var buf []byte
+	for _, a := range args {
+		buf = append(buf, a...)
+		buf = append(buf, 0)
+	}
+	p, n := bptr(buf)
+	return int(C.ts_cli(p, n))
+}

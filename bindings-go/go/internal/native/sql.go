@@ -34,7 +34,7 @@ func (s *Store) OpenDB(name, migrations string, busy *time.Duration) (*DB, error
 	if busy != nil {
 		hasBusy, busyNs = 1, C.int64_t(*busy)
 	}
-	err := result(nil, C.ts_db_open(s.p, np, nn, mp, mn, hasBusy, busyNs, &p, &e), e)
+	err := errorOf(C.ts_db_open(s.p, np, nn, mp, mn, hasBusy, busyNs, &p, &e), e)
 	runtime.KeepAlive(s)
 	if err != nil {
 		return nil, err
@@ -81,7 +81,7 @@ func (d *DB) Exec(sql string, args []any) (Done, error) {
 	var e *C.TsError
 	sp, sn := ptr(sql)
 	vp, vn, bp, bn := pv.ptrs()
-	err = result(nil, C.ts_db_exec(d.p, sp, sn, vp, vn, bp, bn, &out, &e), e)
+	err = errorOf(C.ts_db_exec(d.p, sp, sn, vp, vn, bp, bn, &out, &e), e)
 	runtime.KeepAlive(d)
 	return Done{uint64(out.changes), int64(out.last_insert_rowid)}, err
 }
@@ -96,7 +96,7 @@ func (d *DB) Query(sql string, args []any) (*Rows, error) {
 	var e *C.TsError
 	sp, sn := ptr(sql)
 	vp, vn, bp, bn := pv.ptrs()
-	err = result(nil, C.ts_db_query(d.p, sp, sn, vp, vn, bp, bn, &r, &e), e)
+	err = errorOf(C.ts_db_query(d.p, sp, sn, vp, vn, bp, bn, &r, &e), e)
 	runtime.KeepAlive(d)
 	if err != nil {
 		return nil, err
@@ -125,7 +125,7 @@ func (t *Tx) lock() error {
 func (d *DB) Begin() (*Tx, error) {
 	var p *C.TsTx
 	var e *C.TsError
-	err := result(nil, C.ts_db_begin(d.p, &p, &e), e)
+	err := errorOf(C.ts_db_begin(d.p, &p, &e), e)
 	runtime.KeepAlive(d)
 	if err != nil {
 		return nil, err
@@ -147,7 +147,7 @@ func (t *Tx) Exec(sql string, args []any) (Done, error) {
 	var e *C.TsError
 	sp, sn := ptr(sql)
 	vp, vn, bp, bn := pv.ptrs()
-	err = result(nil, C.ts_tx_exec(t.p, sp, sn, vp, vn, bp, bn, &out, &e), e)
+	err = errorOf(C.ts_tx_exec(t.p, sp, sn, vp, vn, bp, bn, &out, &e), e)
 	return Done{uint64(out.changes), int64(out.last_insert_rowid)}, err
 }
 
@@ -165,7 +165,7 @@ func (t *Tx) Query(sql string, args []any) (*Rows, error) {
 	var e *C.TsError
 	sp, sn := ptr(sql)
 	vp, vn, bp, bn := pv.ptrs()
-	if err := result(nil, C.ts_tx_query(t.p, sp, sn, vp, vn, bp, bn, &r, &e), e); err != nil {
+	if err := errorOf(C.ts_tx_query(t.p, sp, sn, vp, vn, bp, bn, &r, &e), e); err != nil {
 		return nil, err
 	}
 	return takeRows(r), nil
@@ -188,7 +188,7 @@ func (t *Tx) Publish(s *Store, channel string, keys []any, data []byte) error {
 	dp, dn := bptr(data)
 	rc := C.ts_tx_publish(t.p, s.p, cp, cn, vp, vn, bp, bn, dp, dn, &e)
 	runtime.KeepAlive(s)
-	return result(nil, rc, e)
+	return errorOf(rc, e)
 }
 
 // Commit commits and ends the transaction.
@@ -211,5 +211,5 @@ func (t *Tx) end(commit bool) error {
 	}
 	t.p = nil
 	runtime.KeepAlive(t.db)
-	return result(nil, rc, e)
+	return errorOf(rc, e)
 }

@@ -9,6 +9,7 @@ import "C"
 import (
 	"context"
 	"runtime"
+	"time"
 	"unsafe"
 )
 
@@ -34,25 +35,69 @@ func openStore(dir string) (*Store, error) {
 	var p *C.TsStore
 	var e *C.TsError
 	d, n := ptr(dir)
-	if err := result(nil, C.ts_store_open(d, n, &p, &e), e); err != nil {
+	if err := errorOf(C.ts_store_open(d, n, &p, &e), e); err != nil {
 		return nil, err
 	}
 	return newStore(p), nil
+}
+
+// ConnectOptions are what ConnectStore takes instead of the core's
+// defaults; nil fields keep them.
+type ConnectOptions struct {
+	Token          *string
+	CAFile         *string
+	RequestTimeout time.Duration // 0: the default
 }
 
 // ConnectStore connects to a store served at address; ctx ends the wait.
-func ConnectStore(ctx context.Context, address string) (*Store, error) {
-	return detach(ctx, func() (*Store, error) { return connectStore(address) }, (*Store).Close)
+func ConnectStore(ctx context.Context, address string, o ConnectOptions) (*Store, error) {
+	return detach(ctx, func() (*Store, error) { return connectStore(address, o) }, (*Store).Close)
 }
 
-func connectStore(address string) (*Store, error) {
+func connectStore(address string, o ConnectOptions) (*Store, error) {
 	var p *C.TsStore
 	var e *C.TsError
 	a, n := ptr(address)
-	if err := result(nil, C.ts_store_connect(a, n, &p, &e), e); err != nil {
+	var token, ca string
+	if o.Token != nil {
+		token = *o.Token
+	}
+	if o.CAFile != nil {
+		ca = *o.CAFile
+	}
+	t, tn := ptr(token)
+	c, cn := ptr(ca)
+	ms := C.uint64_t(0)
+	if o.RequestTimeout > 0 {
+		ms = C.uint64_t(max(o.RequestTimeout.Milliseconds(), 1))
+	}
+	// opts is Go memory passed to C holding pointers to the strings: cgo
+	// allows that only for pinned memory.
+	var pins runtime.Pinner
+	defer pins.Unpin()
+	for _, s := range []string{token, ca} {
+		if len(s) > 0 {
+			pins.Pin(unsafe.StringData(s))
+		}
+	}
+	opts := C.struct_TsConnectOptions{
+		token: t, token_len: tn, has_token: flag(o.Token != nil),
+		ca_file: c, ca_file_len: cn, has_ca_file: flag(o.CAFile != nil),
+		request_timeout_ms: ms,
+	}
+	code := C.ts_store_connect(a, n, &opts, &p, &e)
+	if err := errorOf(code, e); err != nil {
 		return nil, err
 	}
 	return newStore(p), nil
+}
+
+// flag is b as the C ABI takes a yes or no.
+func flag(b bool) C.uint8_t {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Serve serves the store on one more address.
@@ -73,7 +118,7 @@ func (s *Store) Status(ctx context.Context) ([]byte, error) {
 func (s *Store) status() ([]byte, error) {
 	var out *C.char
 	var e *C.TsError
-	err := result(nil, C.ts_store_status(s.p, &out, &e), e)
+	err := errorOf(C.ts_store_status(s.p, &out, &e), e)
 	runtime.KeepAlive(s)
 	if err != nil {
 		return nil, err

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"tinystore"
+	"tinystore.dev/tinystore"
 )
 
 // helperEnv names the helper a test binary runs as, instead of its tests.

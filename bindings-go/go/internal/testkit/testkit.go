@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"tinystore"
+	"tinystore.dev/tinystore"
 )
 
 // Kinds are the ways the contract tests reach a store: "owned" opens the

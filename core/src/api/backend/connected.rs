@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::{Backend, BoxFuture, LeaseBackend, LockBackend, SubscriptionBackend};
+use super::{Backend, BoxFuture, Done, LeaseBackend, LockBackend, SubscriptionBackend};
 use crate::api::lease::RawLease;
 use crate::api::store::Publish;
 use crate::api::subscription::RawSubscription;
@@ -50,8 +50,8 @@ impl Backend for Connected {
         }
     }
 
-    fn publish_then(&self, channel: &str, branch: &[Key], data: &[u8], done: Box<dyn FnOnce(Result<()>) + Send>) -> Option<Result<()>> {
-        match check_message(data).and_then(|_| self.client.publish_then(channel, branch, data, done)) {
+    fn publish_then(&self, channel: &str, branch: &[Key], data: &[u8], keep_done: &mut dyn FnMut() -> Done) -> Option<Result<()>> {
+        match check_message(data).and_then(|_| self.client.publish_then(channel, branch, data, keep_done())) {
             Ok(()) => None,
             Err(e) => Some(Err(e)),
         }

@@ -25,6 +25,9 @@ use crate::engine::locks::{Holder, Kind, Terms};
 use crate::net::client::LoopReader;
 use crate::net::wire::Address;
 
+/// The function a publish's outcome is given to, once.
+pub(crate) type Done = Box<dyn FnOnce(Result<()>) + Send>;
+
 /// A future a backend gives back, boxed so the traits stay object safe.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -39,10 +42,12 @@ pub(crate) trait Backend: Send + Sync {
     fn check_can_publish(&self) -> Result<()>;
     /// Publishes checked JSON bytes; the future resolves once the store has them.
     fn publish(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Publish;
-    /// As [`publish`](Self::publish), the outcome given to `done` unless it
-    /// is known within this call (then `Some`, and `done` is dropped uncalled).
-    fn publish_then(&self, channel: &str, branch: &[Key], data: &[u8], done: Box<dyn FnOnce(Result<()>) + Send>) -> Option<Result<()>>;
-    /// Publishes and waits for the store to have it (a commit's messages).
+    /// As [`publish`](Self::publish), the outcome given to the function
+    /// `keep_done()` gives, unless it is known within this call: then `Some`,
+    /// and `keep_done` is not called.
+    fn publish_then(&self, channel: &str, branch: &[Key], data: &[u8], keep_done: &mut dyn FnMut() -> Done) -> Option<Result<()>>;
+    /// Publishes checked JSON bytes and waits for the store to have them
+    /// (a commit's messages).
     fn publish_now(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()>;
     /// Subscribes; resolves once the store has the subscription.
     fn subscribe<'a>(&'a self, channel: &'a str, branch: &'a [Key], scope: Scope, resume: Option<Resume>) -> BoxFuture<'a, Result<RawSubscription>>;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::{Backend, BoxFuture, LeaseBackend, LockBackend, SubscriptionBackend};
+use super::{Backend, BoxFuture, Done, LeaseBackend, LockBackend, SubscriptionBackend};
 use crate::api::lease::RawLease;
 use crate::api::store::Publish;
 use crate::api::subscription::RawSubscription;
@@ -56,12 +56,12 @@ impl Backend for Owned {
         Publish::done(self.engine.publish_checked(channel, branch, data))
     }
 
-    fn publish_then(&self, channel: &str, branch: &[Key], data: &[u8], _done: Box<dyn FnOnce(Result<()>) + Send>) -> Option<Result<()>> {
+    fn publish_then(&self, channel: &str, branch: &[Key], data: &[u8], _keep_done: &mut dyn FnMut() -> Done) -> Option<Result<()>> {
         Some(self.engine.publish_checked(channel, branch, data.into()))
     }
 
     fn publish_now(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
-        self.engine.publish(channel, branch, data)
+        self.engine.publish_checked(channel, branch, data)
     }
 
     fn subscribe<'a>(&'a self, channel: &'a str, branch: &'a [Key], scope: Scope, resume: Option<Resume>) -> BoxFuture<'a, Result<RawSubscription>> {

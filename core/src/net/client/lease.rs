@@ -52,12 +52,7 @@ impl runtime::Due for RemoteLease {
         let deadline = *self.deadline.lock();
         if now >= deadline {
             drop(s);
-            let why = if self.max_deadline.is_some_and(|m| now >= m) {
-                "it reached its maxHold"
-            } else {
-                "no renewal reached the store within its ttl (the connection was cut or the store stalled)"
-            };
-            self.mark_lost(why.into());
+            self.mark_lost(self.why_past_deadline(now, "the connection was cut or the store stalled"));
             return;
         }
         if now >= s.next_send {
@@ -138,6 +133,17 @@ impl RemoteLease {
         }
     }
 
+    /// Why a lease past its deadline is lost: its maxHold when that was
+    /// reached (also when the holder only looks late, its loop blocked),
+    /// else its ttl, for the `likely` cause given.
+    fn why_past_deadline(&self, now: Instant, likely: &str) -> String {
+        if self.max_deadline.is_some_and(|m| now >= m) {
+            "it reached its maxHold".into()
+        } else {
+            format!("no renewal reached the store within its ttl ({likely})")
+        }
+    }
+
     pub(super) fn mark_lost(&self, why: String) {
         if self.released.load(Ordering::Acquire) || self.lost.swap(true, Ordering::AcqRel) {
             return;
@@ -198,7 +204,7 @@ impl RemoteLeaseHandle {
             return true;
         }
         if !l.released.load(Ordering::Acquire) && Instant::now() >= *l.deadline.lock() {
-            l.mark_lost("no renewal reached the store within its ttl (this process was frozen, or the connection was cut or stalled)".into());
+            l.mark_lost(l.why_past_deadline(Instant::now(), "this process was frozen, or the connection was cut or stalled"));
             return true;
         }
         false

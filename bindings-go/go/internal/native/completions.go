@@ -12,10 +12,10 @@ import (
 )
 
 // The completion queue's Go side: tokens name functions to run when the
-// library pushes them. One goroutine waits in ts_hub_wait for the whole
+// library pushes them. One goroutine waits in ts_completions_wait for the whole
 // process, however many subscriptions and leases there are; the functions
 // it runs must not block (they signal a channel or cancel a context).
-var hub struct {
+var completions struct {
 	once  sync.Once
 	next  atomic.Uint64
 	funcs sync.Map // uint64 -> func()
@@ -24,19 +24,19 @@ var hub struct {
 // Register gives a fresh token that runs f each time the library pushes it,
 // until Unregister.
 func Register(f func()) uint64 {
-	hub.once.Do(func() { go drain() })
-	t := hub.next.Add(1)
-	hub.funcs.Store(t, f)
+	completions.once.Do(func() { go drain() })
+	t := completions.next.Add(1)
+	completions.funcs.Store(t, f)
 	return t
 }
 
 // Unregister forgets token t; a late push of it is ignored.
-func Unregister(t uint64) { hub.funcs.Delete(t) }
+func Unregister(t uint64) { completions.funcs.Delete(t) }
 
 // run runs the functions of the tokens in buf.
 func run(buf []C.uint64_t) {
 	for _, t := range buf {
-		if f, ok := hub.funcs.Load(uint64(t)); ok {
+		if f, ok := completions.funcs.Load(uint64(t)); ok {
 			f.(func())()
 		}
 	}
@@ -47,7 +47,7 @@ func run(buf []C.uint64_t) {
 func takeNow() {
 	var buf [64]C.uint64_t
 	for {
-		n := int(C.ts_hub_try(&buf[0], C.size_t(len(buf))))
+		n := int(C.ts_completions_try(&buf[0], C.size_t(len(buf))))
 		run(buf[:n])
 		if n < len(buf) {
 			return
@@ -58,7 +58,7 @@ func takeNow() {
 func drain() {
 	buf := make([]C.uint64_t, 256)
 	for {
-		n := int(C.ts_hub_wait(&buf[0], C.size_t(len(buf)), -1))
+		n := int(C.ts_completions_wait(&buf[0], C.size_t(len(buf)), -1))
 		run(buf[:n])
 		// The goroutines just woken (a subscription's reader) sit in this
 		// P's run queue; were this goroutine to block in C now, they would

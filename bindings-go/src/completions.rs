@@ -1,6 +1,6 @@
 //! The completion queue: what the library has to tell its caller later (a
 //! subscription has something to read, a lease was lost) is a token pushed
-//! here, and one caller thread drains it with [`ts_hub_wait`]. Nothing calls
+//! here, and one caller thread drains it with [`ts_completions_wait`]. Nothing calls
 //! into the caller's runtime, and no thread waits per subscription or lease.
 
 use std::sync::{Arc, Condvar, Mutex};
@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 
 use crate::error::quiet;
 
-struct Hub {
+struct CompletionQueue {
     ready: Mutex<Vec<u64>>,
     cv: Condvar,
 }
 
-static HUB: Hub = Hub { ready: Mutex::new(Vec::new()), cv: Condvar::new() };
+static QUEUE: CompletionQueue = CompletionQueue { ready: Mutex::new(Vec::new()), cv: Condvar::new() };
 
 thread_local! {
     /// Set while this thread runs a call whose caller takes the queue itself
@@ -24,17 +24,17 @@ thread_local! {
 
 /// Pushes `token` on the completion queue.
 pub(crate) fn push(token: u64) {
-    HUB.ready.lock().unwrap_or_else(|e| e.into_inner()).push(token);
+    QUEUE.ready.lock().unwrap_or_else(|e| e.into_inner()).push(token);
     if !DEFER.get() {
-        HUB.cv.notify_one();
+        QUEUE.cv.notify_one();
     }
 }
 
 /// Runs `f` with the tokens this thread pushes left unsignalled: the caller
-/// takes them with [`ts_hub_try`] as soon as the call returns. A publish that
+/// takes them with [`ts_completions_try`] as soon as the call returns. A publish that
 /// reads its own message along with its answer (one subscriber in the same
 /// process) hands it to the subscription's goroutine from the publishing
-/// goroutine, without waking the thread that waits in [`ts_hub_wait`].
+/// goroutine, without waking the thread that waits in [`ts_completions_wait`].
 pub(crate) fn deferring<R>(f: impl FnOnce() -> R) -> R {
     struct Reset;
     impl Drop for Reset {
@@ -49,13 +49,16 @@ pub(crate) fn deferring<R>(f: impl FnOnce() -> R) -> R {
 
 /// Moves up to `max` tokens to `out` without waiting; returns how many.
 /// Called after a call made with [`deferring`] (publish).
+///
+/// # Safety
+/// `out` is null or points to room for `max` tokens.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ts_hub_try(out: *mut u64, max: usize) -> usize {
+pub unsafe extern "C" fn ts_completions_try(out: *mut u64, max: usize) -> usize {
     quiet(0, || {
         if out.is_null() || max == 0 {
             return 0;
         }
-        let mut ready = HUB.ready.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ready = QUEUE.ready.lock().unwrap_or_else(|e| e.into_inner());
         unsafe { take(&mut ready, out, max) }
     })
 }
@@ -90,23 +93,26 @@ pub(crate) fn waker(token: u64) -> Waker {
 /// them to `out` (oldest first) and returns how many. Waits at most
 /// `timeout_ms` milliseconds (forever when negative); returns 0 on timeout.
 /// A token may come more than once: the caller treats each as "look again".
+///
+/// # Safety
+/// `out` is null or points to room for `max` tokens.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ts_hub_wait(out: *mut u64, max: usize, timeout_ms: i64) -> usize {
+pub unsafe extern "C" fn ts_completions_wait(out: *mut u64, max: usize, timeout_ms: i64) -> usize {
     quiet(0, || {
         if out.is_null() || max == 0 {
             return 0;
         }
         let deadline = (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
-        let mut ready = HUB.ready.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ready = QUEUE.ready.lock().unwrap_or_else(|e| e.into_inner());
         while ready.is_empty() {
             ready = match deadline {
-                None => HUB.cv.wait(ready).unwrap_or_else(|e| e.into_inner()),
+                None => QUEUE.cv.wait(ready).unwrap_or_else(|e| e.into_inner()),
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
                     if left.is_zero() {
                         return 0;
                     }
-                    HUB.cv.wait_timeout(ready, left).unwrap_or_else(|e| e.into_inner()).0
+                    QUEUE.cv.wait_timeout(ready, left).unwrap_or_else(|e| e.into_inner()).0
                 }
             };
         }

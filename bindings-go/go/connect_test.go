@@ -1,0 +1,100 @@
+package tinystore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/channels"
+	"tinystore.dev/tinystore/internal/testkit"
+)
+
+// servedWithToken owns a store whose only token is "data <token>" and
+// serves it on TCP; gives its address.
+func servedWithToken(t *testing.T, token string) string {
+	t.Helper()
+	ctx := context.Background()
+	dir := testkit.Dir(t)
+	if err := os.WriteFile(filepath.Join(dir, "tokens"), []byte("data "+token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	owner, err := tinystore.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { owner.Close() })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	address := fmt.Sprintf("tcp:%s", l.Addr())
+	l.Close()
+	if err := owner.Serve(ctx, address); err != nil {
+		t.Fatal(err)
+	}
+	return address
+}
+
+func TestSec01TwoStoresWithTwoTokensConnectedFromOneProcess(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv("TINYSTORE_TOKEN", "")
+	os.Unsetenv("TINYSTORE_TOKEN")
+	a, b := servedWithToken(t, "token-of-a"), servedWithToken(t, "token-of-b")
+	publish := func(s *tinystore.Store) {
+		t.Helper()
+		ch, err := channels.OpenChannel[int](s, "numbers")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.Publish(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	storeA, err := tinystore.Connect(ctx, a, tinystore.Token("token-of-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer storeA.Close()
+	storeB, err := tinystore.Connect(ctx, b, tinystore.Token("token-of-b"), tinystore.RequestTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer storeB.Close()
+	publish(storeA)
+	publish(storeB)
+	if _, err := tinystore.Connect(ctx, a, tinystore.Token("token-of-b")); !errors.Is(err, tinystore.ErrAuth) {
+		t.Fatalf("a's address with b's token: %v, want ErrAuth", err)
+	}
+	if _, err := tinystore.Connect(ctx, b); !errors.Is(err, tinystore.ErrAuth) {
+		t.Fatalf("no token at all: %v, want ErrAuth", err)
+	}
+	// The environment is the default; an option wins over it.
+	t.Setenv("TINYSTORE_TOKEN", "token-of-b")
+	fromEnv, err := tinystore.Connect(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fromEnv.Close()
+	given, err := tinystore.Connect(ctx, a, tinystore.Token("token-of-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer given.Close()
+	publish(fromEnv)
+	publish(given)
+}
+
+func TestConnectOptionsReachTheCore(t *testing.T) {
+	ctx := context.Background()
+	_, err := tinystore.Connect(ctx, "tls:127.0.0.1:1", tinystore.Token("t"), tinystore.CAFile(filepath.Join(testkit.Dir(t), "missing.pem")))
+	if !errors.Is(err, tinystore.ErrIO) || !strings.Contains(err.Error(), "missing.pem") {
+		t.Fatalf("a CA file that is not there: %v, want ErrIO naming it", err)
+	}
+}
