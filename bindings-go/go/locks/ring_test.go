@@ -16,9 +16,9 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"tinystore"
-	"tinystore/internal/testkit"
-	"tinystore/locks"
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/internal/testkit"
+	"tinystore.dev/tinystore/locks"
 )
 
 // ringRounds is how many turns the token goes round the ring.
