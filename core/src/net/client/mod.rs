@@ -845,16 +845,25 @@ impl Client {
     /// Waits (up to `limit`) until every publish sent has its answer, with
     /// the socket read by the engine meanwhile: publishes a program made
     /// just before closing settle as what they are (delivered), not as
-    /// `closed`.
+    /// `closed`. And closing drains: a `ping` sent last is answered only
+    /// after the owner forwarded to this connection's subscriptions what
+    /// its branches held when the ping came, so once its answer is read
+    /// every message the store took before the close is in their inboxes.
     pub(crate) async fn settle_publishes(&self, limit: Duration) {
         let Ok(conn) = self.current() else { return };
+        let end = tokio::time::Instant::now() + limit;
+        // Sent before `closing` is set, which refuses new calls.
+        let drained = if self.subs.lock().is_empty() { None } else { self.send_on(&conn, &mut Request::new(0, "ping"), true).ok().flatten() };
         // No new call starts from here (they fail with `closed`).
         self.closing.store(true, Ordering::Release);
         if let Some(shared) = &conn.shared {
             shared.give_back();
         }
         conn.sink.uncork();
-        let end = tokio::time::Instant::now() + limit;
+        if let Some(rx) = drained {
+            // Its answer comes after those of the publishes sent before it.
+            let _ = tokio::time::timeout_at(end, rx).await;
+        }
         while conn.publishing.load(Ordering::Acquire) > 0 && conn.alive.load(Ordering::Acquire) && tokio::time::Instant::now() < end {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
