@@ -7,6 +7,7 @@ import { describe, it } from 'node:test'
 import { connect, open } from 'tinystore'
 
 import { tempDir } from './helpers'
+import { Proxy } from './proxy'
 
 describe('LOCK-01 release', () => {
   it('LOCK-01 release then tryHold across connections: never refused', async () => {
@@ -30,6 +31,38 @@ describe('LOCK-01 release', () => {
     } finally {
       await bStore.close()
       await aStore.close()
+      await owner.close()
+    }
+  })
+
+  it('LOCK-01 a release awaits its answer without blocking the event loop', async () => {
+    // The proxy runs on this event loop: a blocked loop could not even
+    // forward the release.
+    const dir = tempDir()
+    const owner = await open(dir)
+    const proxy = await Proxy.start(dir, join(dir, 'tinystore.sock'))
+    const client = await connect(proxy.address)
+    let ticks = 0
+    const ticker = setInterval(() => ticks++, 5)
+    try {
+      let started = 0
+      let before = 0
+      await client.lock('jobs').hold('k', () => {
+        proxy.freeze() // the release and its answer wait in the proxy
+        setTimeout(() => proxy.thaw(), 300)
+        started = Date.now()
+        before = ticks
+      })
+      const waited = Date.now() - started
+      const ran = ticks - before
+      assert.ok(waited >= 250, `the hold returned after ${waited} ms, before its release was answered`)
+      assert.ok(ran >= 10, `the loop ran ${ran} ticks of 5 ms during a 300 ms release: it was blocked`)
+      const r = await owner.lock('jobs').tryHold('k', () => true)
+      assert.ok(r.acquired, 'the key was still held after the hold returned')
+    } finally {
+      clearInterval(ticker)
+      await client.close()
+      await proxy.close()
       await owner.close()
     }
   })
