@@ -457,8 +457,9 @@ impl Tx {
     /// committed before it (CHAN-03: a ticket from the store, taken while
     /// this transaction still holds the write lock, keeps its place).
     /// Errors: `sql` or `busy` when the commit failed (then nothing is
-    /// delivered); `closed` when it published and the store is closed or,
-    /// connected, its owner is out of reach (then it is rolled back);
+    /// delivered); `closed` (or the kind of what failed: `timeout`) when it
+    /// published and the store is closed or, connected, its owner is out of
+    /// reach or its ticket was not answered (then it is rolled back);
     /// `closed` or `timeout` saying the rows stand when its messages could
     /// not follow the commit (the owner went away, or they came later than
     /// `limits::TX_ORDER_BOUND` after the ticket).
@@ -481,7 +482,7 @@ impl Tx {
             Err(e) => {
                 let _ = w.conn().execute_batch("rollback");
                 return Err(Error::new(
-                    ErrorKind::Closed,
+                    e.kind(),
                     format!("{}; the transaction was rolled back, since its messages could not be delivered", e.message()),
                 ));
             }
