@@ -462,7 +462,7 @@ impl Tx {
         {
             let _ = w.conn().execute_batch("rollback");
             return Err(Error::new(
-                ErrorKind::Closed,
+                e.kind(),
                 format!("{}; the transaction was rolled back, since its messages could not be delivered", e.message()),
             ));
         }

@@ -359,7 +359,8 @@ impl Store {
         if self.is_closed() { Err(Error::closed()) } else { Ok(()) }
     }
 
-    /// Ok while a publish could leave now: open, and connected if a client.
+    /// Ok once a publish could leave: open, and connected if a client (a
+    /// reconnect is waited for up to the request timeout: STORE-02).
     pub(crate) fn check_can_publish(&self) -> Result<()> {
         self.check_open()?;
         self.inner.backend.check_can_publish()
@@ -368,9 +369,12 @@ impl Store {
     /// Publishes JSON bytes to a branch (the bindings' boundary). The
     /// message leaves at this call, so publishes called one after another
     /// keep their order even when their futures are awaited together (CHAN-01);
-    /// the future resolves once the store has it. Errors: `invalid` (name or
-    /// key out of rule), `limit` (over 1 MiB), `closed` (also while a
-    /// connection is down: nothing is buffered silently).
+    /// the future resolves once the store has it. Connected, while the
+    /// connection is re-established it waits in the client, in order (up to
+    /// the request timeout and 8 MiB: STORE-02). Errors: `invalid` (name or
+    /// key out of rule), `limit` (over 1 MiB), `closed` (this store was
+    /// closed), `unavailable` (connected: the store stayed out of reach past
+    /// the request timeout, or the connection was cut before its answer).
     pub fn publish_raw(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Publish {
         let checked = self.check_open().and_then(|_| check_name("channel", channel)).and_then(|_| branch.iter().try_for_each(Key::check));
         match checked {
