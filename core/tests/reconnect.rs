@@ -118,3 +118,31 @@ fn store_02_an_unreachable_store_fails_calls_with_unavailable_within_the_timeout
     let e = events.under(1).publish(&3).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Closed, "after close: {e}");
 }
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// STORE-01: the owner served `tcp:` too and is killed; the process that
+/// takes the store over serves that address again, so a TCP client
+/// reconnects to it (before, only the Unix socket came back).
+#[test]
+fn store_01_a_takeover_serves_the_tcp_listener_the_old_owner_served() {
+    let d = common::dir();
+    std::fs::write(d.path().join("tokens"), "data datatoken\n").unwrap();
+    let port = free_port();
+    let tcp = format!("tcp:127.0.0.1:{port}");
+    let child = Command::new(env!("CARGO_BIN_EXE_tinystore")).arg("serve").arg(d.path()).arg("--listen").arg(&tcp).stderr(Stdio::null()).spawn().unwrap();
+    assert!(common::eventually(5000, || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()), "the owner listens on {tcp}");
+    let server = Server(child);
+    let remote = Store::connect_with(&tcp, ConnectOptions::new().token("datatoken")).unwrap();
+    let next = Store::open(d.path()).unwrap();
+    assert!(!next.is_owner());
+    server.kill_9();
+    // `next` takes the store over; the TCP client finds it where it was.
+    let lock = remote.lock("l").open().unwrap();
+    lock.hold("k", |_| -> tinystore::Result<()> { Ok(()) }).expect("the TCP client reached the new owner");
+    let connected = Store::connect_with(&tcp, ConnectOptions::new().token("datatoken")).unwrap();
+    connected.status().unwrap();
+    drop(next);
+}

@@ -519,10 +519,39 @@ impl std::future::Future for Publish {
 }
 
 /// The hook a client made by `open(dir)` is given: when the owner went
-/// away, this process tries to own `dir` itself (STORE-01).
+/// away, this process tries to own `dir` itself (STORE-01). The store taken over serves the `tcp:`/`tls:` listeners its owners
+/// served too (recorded in `kv.db` when they served them).
 fn takeover(dir: &Path) -> Takeover {
     let dir = dir.to_path_buf();
-    Box::new(move || Store::open_owned(&dir, &OpenOptions::default()).ok().map(|s| Box::new(s) as Box<dyn TakenOver>))
+    Box::new(move || {
+        let s = Store::open_owned(&dir, &OpenOptions::default()).ok()?;
+        s.serve_recorded();
+        Some(Box::new(s) as Box<dyn TakenOver>)
+    })
+}
+
+impl Store {
+    /// Serves again the listeners owners of this directory served; one that
+    /// cannot be served (its port taken, its files gone) is said on stderr,
+    /// as the store goes on over its Unix socket.
+    fn serve_recorded(&self) {
+        let listeners = match crate::net::files::recorded_listeners(self.dir()) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("tinystore: took over {} but could not read its listeners: {e}", self.dir().display());
+                return;
+            }
+        };
+        for l in listeners {
+            let served = Address::parse(&l.address).and_then(|a| match (&l.cert, &l.key) {
+                (Some(c), Some(k)) => self.serve_tls_with(&a, c, k, None),
+                _ => self.serve_with(&a, None),
+            });
+            if let Err(e) = served {
+                eprintln!("tinystore: took over {} but could not serve {} again: {e}", self.dir().display(), l.address);
+            }
+        }
+    }
 }
 
 impl TakenOver for Store {

@@ -76,3 +76,40 @@ pub(crate) fn owner_lock_held_here(dir: &Path) -> bool {
     let path = dir.join("owner.lock");
     File::open(&path).is_ok_and(|f| matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)))
 }
+
+/// A `tcp:` or `tls:` listener an owner served, kept in `kv.db` so that a
+/// process taking the store over serves it again (STORE-01): the address,
+/// and for `tls:` the certificate and key files (`None`: `<dir>/tls/`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Listener {
+    pub(crate) address: String,
+    pub(crate) cert: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
+}
+
+fn kv(dir: &Path) -> Result<rusqlite::Connection> {
+    let db = rusqlite::Connection::open(dir.join("kv.db"))?;
+    db.busy_timeout(Duration::from_secs(5))?;
+    db.execute("create table if not exists kv (key text primary key, value any not null)", [])?;
+    Ok(db)
+}
+
+/// The listeners owners of `dir` served (see [`Listener`]).
+pub(crate) fn recorded_listeners(dir: &Path) -> Result<Vec<Listener>> {
+    let db = kv(dir)?;
+    let text: Option<String> = db
+        .query_row("select value from kv where key = 'listeners'", [], |r| r.get(0))
+        .map(Some)
+        .or_else(|e| if e == rusqlite::Error::QueryReturnedNoRows { Ok(None) } else { Err(e) })?;
+    Ok(text.and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default())
+}
+
+/// Adds `l` to the listeners of `dir` (one per address: the newest files win).
+pub(crate) fn record_listener(dir: &Path, l: Listener) -> Result<()> {
+    let mut all = recorded_listeners(dir)?;
+    all.retain(|x| x.address != l.address);
+    all.push(l);
+    let text = serde_json::to_string(&all)?;
+    kv(dir)?.execute("insert into kv (key, value) values ('listeners', ?1) on conflict (key) do update set value = excluded.value", [text])?;
+    Ok(())
+}

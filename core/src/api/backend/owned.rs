@@ -20,7 +20,7 @@ use crate::engine::Engine;
 use crate::engine::channels::{Event, LocalSubscription, Resume, Scope};
 use crate::engine::locks::{Holder, Kind, LeaseShared, LocalLease, Table, Terms};
 use crate::net::client::LoopReader;
-use crate::net::files::socket_path;
+use crate::net::files::{Listener, record_listener, socket_path};
 use crate::net::server::Server;
 use crate::net::wire::Address;
 
@@ -91,6 +91,15 @@ impl Backend for Owned {
 
     fn serve(&self, address: &Address, tls_files: Option<(&Path, &Path)>, shutdown: Option<Arc<tokio::sync::Notify>>) -> Result<()> {
         let server = Server::new(Arc::downgrade(&self.engine), self.dir.clone(), shutdown);
+        // Kept for a process that takes the store over (STORE-01); written
+        // before the first client can connect, so it is there by then.
+        if !matches!(address, Address::Unix(_)) {
+            let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+            record_listener(
+                &self.dir,
+                Listener { address: address.to_string(), cert: tls_files.map(|(c, _)| abs(c)), key: tls_files.map(|(_, k)| abs(k)) },
+            )?;
+        }
         server.listen(address, tls_files)?;
         self.servers.lock().push(server);
         Ok(())
