@@ -71,13 +71,14 @@ fn store_02_chan_04_publishes_during_an_owner_restart_all_succeed_in_order() {
     }
 }
 
-/// A hold made while the owner is down waits for it and then holds.
+/// A hold made while the owner is down waits for it and then holds (after
+/// the new owner's grace of the lock's ttl, 1 s: STORE-01).
 #[test]
 fn store_02_lock_03_a_hold_during_an_owner_restart_waits_and_holds() {
     let d = common::dir();
     let server = Server::start(d.path());
     let store = Store::connect(&address(d.path())).unwrap();
-    let lock = store.lock("l").open().unwrap();
+    let lock = store.lock("l").ttl(Duration::from_secs(1)).open().unwrap();
     lock.hold("k", |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
     server.kill_9();
     let holder = {
@@ -145,4 +146,87 @@ fn store_01_a_takeover_serves_the_tcp_listener_the_old_owner_served() {
     let connected = Store::connect_with(&tcp, ConnectOptions::new().token("datatoken")).unwrap();
     connected.status().unwrap();
     drop(next);
+}
+
+/// STORE-01, LOCK-05: A holds K over a connection; the owner is killed
+/// (kill -9) and another process owns the store; B asks for K at once. A
+/// re-presents its lease: it keeps its fence, is never told lost while it
+/// renews, and B gets K only after A let go, with a larger fence.
+#[test]
+fn store_01_lock_05_a_lease_outlives_the_owners_death_and_the_new_owner_waits_for_it() {
+    use std::sync::{Arc, Mutex};
+    let d = common::dir();
+    let server = Server::start(d.path());
+    let a = Store::connect(&address(d.path())).unwrap();
+    let a_lock = a.lock("l").ttl(Duration::from_secs(2)).open().unwrap();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let released_at = Arc::new(Mutex::new(None));
+    let holder = {
+        let released_at = released_at.clone();
+        std::thread::spawn(move || {
+            a_lock.hold("K", |lease| -> tinystore::Result<(tinystore::Fence, bool)> {
+                let fence = lease.fence();
+                held_tx.send(fence).unwrap();
+                go_rx.recv().unwrap();
+                let lost = lease.is_lost();
+                *released_at.lock().unwrap() = Some(Instant::now());
+                Ok((fence, lost))
+            })
+        })
+    };
+    let fence_a = held_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    server.kill_9();
+    let _server3 = Server::start(d.path());
+    let b = Store::connect(&address(d.path())).unwrap();
+    let b_lock = b.lock("l").wait(Duration::from_secs(10)).open().unwrap();
+    let asker = std::thread::spawn(move || b_lock.hold("K", |lease| -> tinystore::Result<(tinystore::Fence, Instant)> { Ok((lease.fence(), Instant::now())) }));
+    // A keeps K past its ttl of 2 s through the new owner, renewing.
+    std::thread::sleep(Duration::from_millis(3000));
+    assert!(!asker.is_finished(), "B was granted K while A still held it");
+    let status = b.status().unwrap();
+    let k = status.locks.iter().find(|k| k.lock == "l").expect("K is held");
+    assert_eq!(k.holders.len(), 1);
+    assert_eq!(k.holders[0].fence, Some(fence_a), "re-presented with its fence unchanged");
+    go_tx.send(()).unwrap();
+    let (fence, lost) = holder.join().unwrap().expect("A's hold ended without a lost lease");
+    assert_eq!(fence, fence_a);
+    assert!(!lost, "A was told lost while it renewed");
+    let (fence_b, granted_at) = asker.join().unwrap().expect("B gets K once A let go");
+    assert!(granted_at >= released_at.lock().unwrap().unwrap(), "B was granted before A let go");
+    assert!(fence_b > fence_a && fence_b.epoch() > fence_a.epoch(), "{fence_b} after {fence_a}");
+}
+
+/// STORE-01: the holder dies with the owner; the new owner gives K to B
+/// only once the holder's ttl has run out (it could not know the holder
+/// was dead), and a lock nobody held over a connection is free at once.
+#[test]
+fn store_01_lock_05_a_dead_holders_key_is_given_after_its_ttl_and_other_locks_at_once() {
+    let d = common::dir();
+    let server = Server::start(d.path());
+    let mut cli = Command::new(env!("CARGO_BIN_EXE_tinystore"))
+        .args(["lock", d.path().to_str().unwrap(), "hold", "l", "K", "--ttl", "3s", "--", "sh", "-c", "echo held; exec sleep 1000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(cli.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "held");
+    let _ = cli.kill();
+    let _ = cli.wait();
+    server.kill_9();
+    let started = Instant::now();
+    let _server3 = Server::start(d.path());
+    let b = Store::connect(&address(d.path())).unwrap();
+    let other = b.lock("other").open().unwrap();
+    let t = Instant::now();
+    other.hold("K", |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
+    assert!(t.elapsed() < Duration::from_millis(500), "a lock no connection held is free at once: {:?}", t.elapsed());
+    let lock = b.lock("l").wait(Duration::from_secs(10)).open().unwrap();
+    assert!(lock.try_hold("K", |_| -> tinystore::Result<()> { Ok(()) }).unwrap().is_none(), "not free while the dead holder's ttl may run");
+    lock.hold("K", |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(2900) && waited < Duration::from_secs(6), "granted {waited:?} after the new owner started");
 }

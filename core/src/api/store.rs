@@ -159,7 +159,10 @@ impl Store {
         let dir = absolute(dir)?;
         let lock = take_dir_lock(&dir)?;
         let epoch = next_epoch(&dir, opts.clock_ms)?;
-        let backend = Owned::new(Engine::start(epoch), &dir, lock);
+        let engine = Engine::start(epoch);
+        // Leases of a dead owner's connected holders may still be alive.
+        engine.start_lock_graces(crate::net::files::remote_lock_ttls(&dir)?);
+        let backend = Owned::new(engine, &dir, lock);
         let store = Store { inner: Arc::new(Inner { dir: dir.clone(), closed: AtomicBool::new(false),
             closing: AtomicBool::new(false), backend: Box::new(backend) }) };
         store.serve_with(&Address::Unix(socket_path(&dir)), None)?;

@@ -113,3 +113,33 @@ pub(crate) fn record_listener(dir: &Path, l: Listener) -> Result<()> {
     kv(dir)?.execute("insert into kv (key, value) values ('listeners', ?1) on conflict (key) do update set value = excluded.value", [text])?;
     Ok(())
 }
+
+/// The locks that gave leases over a connection, each with the longest ttl
+/// given: what a new owner waits out before it grants their keys to anyone
+/// but a holder re-presenting its lease (STORE-01).
+pub(crate) fn remote_lock_ttls(dir: &Path) -> Result<Vec<(String, Duration)>> {
+    let db = kv(dir)?;
+    db.execute("create table if not exists lock_ttls (lock text primary key, ttl_ms integer not null)", [])?;
+    let mut q = db.prepare("select lock, ttl_ms from lock_ttls")?;
+    let rows = q.query_map([], |r| Ok((r.get::<_, String>(0)?, Duration::from_millis(r.get::<_, i64>(1)? as u64))))?;
+    Ok(rows.collect::<std::result::Result<Vec<_>, _>>()?)
+}
+
+/// Writes down `ttl` as the longest given over a connection for `lock`
+/// (called when it grows, not per hold).
+pub(crate) fn record_remote_lock_ttl(dir: &Path, lock: &str, ttl: Duration) -> Result<()> {
+    let db = kv(dir)?;
+    db.execute("create table if not exists lock_ttls (lock text primary key, ttl_ms integer not null)", [])?;
+    db.execute(
+        "insert into lock_ttls (lock, ttl_ms) values (?1, ?2) on conflict (lock) do update set ttl_ms = max(ttl_ms, excluded.ttl_ms)",
+        rusqlite::params![lock, ttl.as_millis() as i64],
+    )?;
+    Ok(())
+}
+
+/// A clean close told every holder its lease was lost: nothing to wait out.
+pub(crate) fn forget_remote_lock_ttls(dir: &Path) -> Result<()> {
+    let db = kv(dir)?;
+    db.execute("drop table if exists lock_ttls", [])?;
+    Ok(())
+}

@@ -15,7 +15,7 @@ use crate::base::key::Key;
 use crate::base::limits::MAX_MESSAGE_BYTES;
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The largest frame either side accepts: a largest message plus room for
 /// its envelope. A larger one closes the connection that sent it.

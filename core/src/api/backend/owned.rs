@@ -124,6 +124,7 @@ impl Backend for Owned {
             s.stop();
         }
         self.engine.close();
+        let _ = crate::net::files::forget_remote_lock_ttls(dir);
         let _ = std::fs::remove_file(socket_path(dir));
         self.dir_lock.lock().take();
     }

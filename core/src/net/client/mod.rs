@@ -49,13 +49,15 @@ enum Answer {
     PublishThen(PublishOutcome),
     /// A renewal sent at this instant: handled where it is read, no task.
     Renewal(std::sync::Weak<RemoteLease>, Instant),
+    /// A lease re-presented to a new owner at this instant (STORE-01).
+    Adopt(Arc<RemoteLease>, Instant),
 }
 
 impl Answer {
     /// A caller waits for it (not a renewal): the connection spins for it
     /// ([`crate::net::spin::Expect`]).
     fn awaited(&self) -> bool {
-        !matches!(self, Answer::Renewal(..))
+        !matches!(self, Answer::Renewal(..) | Answer::Adopt(..))
     }
 
     fn is_publish(&self) -> bool {
@@ -77,6 +79,7 @@ impl Answer {
                     l.renewed(sent, v);
                 }
             }
+            Answer::Adopt(l, sent) => l.adopted(sent, v),
         }
     }
 
@@ -372,14 +375,20 @@ impl Client {
             if self.closed.load(Ordering::Acquire) {
                 return;
             }
+            let before = self.epoch();
             let (dialed, again) = match first.take() {
                 Some(d) => (Ok(d), false),
                 None => (self.dial().await, true),
             };
             match dialed {
-                Ok((rd, conn, _hello)) => {
+                Ok((rd, conn, hello)) => {
                     backoff = Duration::from_millis(10);
                     if again {
+                        // Another owner: the leases still within their ttl
+                        // are re-presented first, before any new hold.
+                        if hello.epoch != before {
+                            self.represent_leases(&conn);
+                        }
                         // Before anything new leaves: resubscriptions (so
                         // they see the publishes made meanwhile), then those
                         // publishes in order; only then is the connection
@@ -526,6 +535,20 @@ impl Client {
         let leases: Vec<_> = self.leases.lock().values().cloned().collect();
         for l in leases {
             l.kick();
+        }
+    }
+
+    /// Re-presents every lease still within its ttl to a new owner (STORE-01).
+    fn represent_leases(&self, conn: &Arc<OwnerConnection>) {
+        let leases: Vec<_> = self.leases.lock().values().cloned().collect();
+        for l in leases {
+            let hold = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let Some(mut r) = l.adopt_request(hold) else { continue };
+            l.adopting.store(true, Ordering::Release);
+            if let Err((_, a)) = self.try_send(conn, &mut r, Some(Answer::Adopt(l.clone(), Instant::now())), false) {
+                drop(a);
+                l.adopting.store(false, Ordering::Release);
+            }
         }
     }
 
@@ -938,7 +961,7 @@ impl Client {
                     // The lease's clock started at the grant: no earlier than
                     // the request was sent plus the time it waited there.
                     let granted = sent + Duration::from_millis(ok.waited_ms);
-                    let lease = RemoteLease::new(self, id, ok.fence, key.clone(), ttl, granted, terms.max_hold);
+                    let lease = RemoteLease::new(self, id, ok.fence, key.clone(), (lock.to_owned(), kind.wire_limit(), holder.0), ttl, granted, terms.max_hold);
                     self.leases.lock().insert(id, lease.clone());
                     lease.start();
                     let handle = RemoteLeaseHandle { lease };
