@@ -89,4 +89,48 @@ describe('STORE-02 reconnect waits', () => {
     await client.close()
     await assert.rejects(branch.publish(3), ClosedError)
   })
+
+  it('STORE-01 LOCK-05 a lease outlives the owner\'s death: the new owner gives K to B only after A let go', async () => {
+    const dir = tempDir()
+    const address = `unix:${join(dir, 'tinystore.sock')}`
+    let current = await owner(dir)
+    const a = await connect(address)
+    let b: Awaited<ReturnType<typeof connect>> | undefined
+    try {
+      let go!: () => void
+      const gone = new Promise<void>((resolve) => { go = resolve })
+      let fenceA = 0n
+      let releasedAt = 0
+      let held!: () => void
+      const isHeld = new Promise<void>((resolve) => { held = resolve })
+      const aHold = a.lock('l', { ttl: '2s' }).hold('K', async (lease) => {
+        fenceA = lease.fence
+        held()
+        await gone
+        const lost = lease.lost
+        releasedAt = Date.now()
+        return lost
+      })
+      await isHeld
+      await kill9(current)
+      current = await owner(dir)
+      b = await connect(address)
+      let grantedAt = 0
+      const bHold = b.lock('l', { wait: '10s' }).hold('K', (lease) => {
+        grantedAt = Date.now()
+        return lease.fence
+      })
+      await sleep(3000) // past A's ttl of 2 s: A renews through the new owner
+      assert.equal(grantedAt, 0, 'B was granted K while A still held it')
+      go()
+      assert.equal(await aHold, false, 'A was told lost while it renewed')
+      const fenceB = await bHold
+      assert.ok(grantedAt >= releasedAt, 'B was granted before A let go')
+      assert.ok(fenceB > fenceA && fenceB >> 64n > fenceA >> 64n, `${fenceB} after ${fenceA}`)
+    } finally {
+      await a.close()
+      await b?.close()
+      await kill9(current)
+    }
+  })
 })

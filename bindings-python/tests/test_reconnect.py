@@ -108,3 +108,55 @@ async def test_store_02_an_unreachable_store_raises_unavailable_within_the_timeo
         raise AssertionError("published after close")
     except tinystore.ClosedError:
         pass
+
+
+async def test_store_01_lock_05_a_lease_outlives_the_owners_death_and_the_new_owner_waits_for_it(tmp_path: Path) -> None:
+    """A holds K connected; the owner is killed (kill -9) and another
+    process owns the store; B asks for K at once. A keeps its lease (same
+    fence, never lost while it renews); B gets K only after A let go."""
+    dir = tmp_path / "s"
+    address = f"unix:{dir / 'tinystore.sock'}"
+    owner = _owner(dir)
+    assert owner.stdout is not None
+    await _line(owner.stdout)
+    a = await tinystore.connect(address)
+    b: Any = None
+    released_at: List[float] = []
+    try:
+        held = asyncio.Event()
+        go = asyncio.Event()
+        fences: List[int] = []
+
+        async def hold_a() -> bool:
+            async with a.lock("l", ttl="2s").hold("K") as lease:
+                fences.append(lease.fence)
+                held.set()
+                await go.wait()
+                lost = lease.lost
+                released_at.append(time.monotonic())
+            return lost
+
+        a_task = asyncio.ensure_future(hold_a())
+        await asyncio.wait_for(held.wait(), 5)
+        _kill(owner)
+        owner = _owner(dir)
+        await _line(owner.stdout)
+        b = await tinystore.connect(address)
+
+        async def hold_b() -> Any:
+            async with b.lock("l").hold("K", wait="10s") as lease:
+                return lease.fence, time.monotonic()
+
+        b_task = asyncio.ensure_future(hold_b())
+        await asyncio.sleep(3.0)  # past A's ttl of 2 s: A renews through the new owner
+        assert not b_task.done(), "B was granted K while A still held it"
+        go.set()
+        assert await asyncio.wait_for(a_task, 10) is False, "A was told lost while it renewed"
+        fence_b, granted_at = await asyncio.wait_for(b_task, 10)
+        assert granted_at >= released_at[0]
+        assert fence_b > fences[0] and fence_b >> 64 > fences[0] >> 64
+    finally:
+        await a.close()
+        if b is not None:
+            await b.close()
+        _kill(owner)
