@@ -230,3 +230,40 @@ fn store_01_lock_05_a_dead_holders_key_is_given_after_its_ttl_and_other_locks_at
     let waited = started.elapsed();
     assert!(waited >= Duration::from_millis(2900) && waited < Duration::from_secs(6), "granted {waited:?} after the new owner started");
 }
+
+/// STORE-01, LOCK-05 with a takeover: A, a process that opened the store
+/// and connected to its owner, holds K; the owner is killed and A itself
+/// takes the store over; A's lease goes on (re-presented to its own new
+/// engine) and B, who opens the store too, gets K only after A let go.
+#[test]
+fn store_01_lock_05_a_holder_that_takes_the_store_over_keeps_its_lease() {
+    let d = common::dir();
+    let server = Server::start(d.path());
+    let a = Store::open(d.path()).unwrap();
+    assert!(!a.is_owner());
+    let a_lock = a.lock("l").ttl(Duration::from_secs(1)).open().unwrap();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        a_lock.hold("K", |lease| -> tinystore::Result<(tinystore::Fence, bool)> {
+            held_tx.send(lease.fence()).unwrap();
+            go_rx.recv().unwrap();
+            Ok((lease.fence(), lease.is_lost()))
+        })
+    });
+    let fence_a = held_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    server.kill_9();
+    // A takes over (its client finds nobody); B then connects to A's engine.
+    assert!(common::eventually(5000, || std::fs::read_to_string(d.path().join("owner.lock")).is_ok_and(|p| p.trim() == std::process::id().to_string())), "A took the store over");
+    let b = Store::open(d.path()).unwrap();
+    let b_lock = b.lock("l").wait(Duration::from_secs(10)).open().unwrap();
+    assert!(b_lock.try_hold("K", |_| -> tinystore::Result<()> { Ok(()) }).unwrap().is_none(), "K is A's");
+    std::thread::sleep(Duration::from_millis(1500)); // past A's ttl and the grace
+    assert!(b_lock.try_hold("K", |_| -> tinystore::Result<()> { Ok(()) }).unwrap().is_none(), "K is still A's after the grace");
+    go_tx.send(()).unwrap();
+    let (fence, lost) = holder.join().unwrap().expect("A's hold ended without a lost lease");
+    assert_eq!(fence, fence_a);
+    assert!(!lost);
+    let fence_b = b_lock.hold("K", |l| -> tinystore::Result<tinystore::Fence> { Ok(l.fence()) }).unwrap();
+    assert!(fence_b > fence_a && fence_b.epoch() > fence_a.epoch());
+}
