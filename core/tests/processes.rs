@@ -130,7 +130,8 @@ fn lock_02_chan_04_kill_9_of_server_then_restart() {
     let d = common::dir();
     let server = Server::start(d.path());
     let store = connect(d.path());
-    let lock = store.lock("l").open().unwrap();
+    // A ttl of 1 s: the new owner waits that out for the key (STORE-01).
+    let lock = store.lock("l").ttl(Duration::from_secs(1)).open().unwrap();
     let f1 = lock.hold("k", |l| -> tinystore::Result<Fence> { Ok(l.fence()) }).unwrap();
     let mut it = store.channel::<u64>("c").open().unwrap().under(1).messages().unwrap();
     signal(server.pid(), libc::SIGKILL);

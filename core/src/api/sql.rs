@@ -457,9 +457,9 @@ impl Tx {
     /// committed before it (CHAN-03: a ticket from the store, taken while
     /// this transaction still holds the write lock, keeps its place).
     /// Errors: `sql` or `busy` when the commit failed (then nothing is
-    /// delivered); `closed` (or the kind of what failed: `timeout`) when it
-    /// published and the store is closed or, connected, its owner is out of
-    /// reach or its ticket was not answered (then it is rolled back);
+    /// delivered); `closed` (this store was closed) or, connected,
+    /// `unavailable` or `timeout` (its owner out of reach, or its ticket not
+    /// answered) when it published (then it is rolled back);
     /// `closed` or `timeout` saying the rows stand when its messages could
     /// not follow the commit (the owner went away, or they came later than
     /// `limits::TX_ORDER_BOUND` after the ticket).

@@ -145,6 +145,16 @@ impl Engine {
         self.locks.table(name, kind)
     }
 
+    /// See [`Locks::start_graces`].
+    pub(crate) fn start_lock_graces(&self, remote: Vec<(String, Duration)>) {
+        self.locks.start_graces(remote)
+    }
+
+    /// See [`Locks::note_remote_ttl`].
+    pub(crate) fn note_remote_ttl(&self, name: &str, ttl: Duration) -> bool {
+        self.locks.note_remote_ttl(name, ttl)
+    }
+
     /// What the engine holds now, for the store in `dir`. Errors: `closed`.
     pub(crate) fn status(&self, dir: &Path) -> Result<StoreStatus> {
         self.check_open()?;

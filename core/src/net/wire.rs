@@ -16,8 +16,8 @@ use crate::base::limits::MAX_MESSAGE_BYTES;
 
 /// The protocol version this build speaks.
 /// Version 3 adds transactions' tickets (`ticket`, `publish` with
-/// `ticket`, `ticket_end`); an owner still serves version 2 clients, which
-/// never take one.
+/// `ticket`, `ticket_end`) and `adopt` (a lease re-presented to a new
+/// owner); an owner still serves version 2 clients, which send neither.
 pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The oldest client version an owner of this build serves.

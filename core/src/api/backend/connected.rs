@@ -40,8 +40,9 @@ impl Backend for Connected {
         self.client.epoch()
     }
 
+    /// Waits for a connection being re-established, up to the request timeout.
     fn check_can_publish(&self) -> Result<()> {
-        self.client.check_connected()
+        self.client.wait_connected()
     }
 
     fn publish(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Publish {

@@ -61,6 +61,7 @@ impl ServedConnection {
             "subscribe" => self.subscribe(&engine, r),
             "unsubscribe" => self.unsubscribe(r),
             "acquire" => self.acquire(&engine, r),
+            "adopt" => self.adopt(&engine, r),
             "renew" | "release" => self.renew_or_release(r),
             "cancel" => self.cancel(r),
             "declare" => self.declare(&engine, r),
@@ -71,7 +72,7 @@ impl ServedConnection {
                 Ok(())
             }
             other => Err(Error::invalid(format!(
-                "unknown op {other:?}: use hello, publish, subscribe, unsubscribe, declare, acquire, cancel, renew, release, ticket, ticket_end, ping, status or shutdown"
+                "unknown op {other:?}: use hello, publish, subscribe, unsubscribe, declare, acquire, adopt, cancel, renew, release, ticket, ticket_end, ping, status or shutdown"
             ))),
         }
     }
@@ -234,6 +235,7 @@ impl ServedConnection {
         let kind = Kind::from_wire(r.limit);
         check_name(if kind == Kind::Lock { "lock" } else { "semaphore" }, &lock)?;
         let table = engine.lock_table(&lock, kind)?;
+        self.note_remote_ttl(engine, &lock, ttl)?;
         let session = self.session.clone().expect("hello was said");
         // A retried hold gets the lease it already has (LOCK-08).
         let existing = self.server.holds.lock().get(&(session.clone(), hold)).copied();
@@ -297,6 +299,44 @@ impl ServedConnection {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// A lease over a connection may outlive this owner: the longest ttl
+    /// given for each lock is written down (when it grows, before the
+    /// grant), so a new owner knows how long to wait (STORE-01).
+    fn note_remote_ttl(&self, engine: &Engine, lock: &str, ttl: Duration) -> Result<()> {
+        if engine.note_remote_ttl(lock, ttl) {
+            crate::net::files::record_remote_lock_ttl(&self.server.dir, lock, ttl)?;
+        }
+        Ok(())
+    }
+
+    /// A holder of the previous owner re-presents its lease (STORE-01): taken
+    /// back with its fence unchanged, as a renewal, while the new owner's
+    /// grace lasts; else `lost`.
+    fn adopt(&mut self, engine: &Engine, r: Request<'_>) -> Result<()> {
+        let (id, op) = (r.id, r.op.as_ref());
+        self.need_role(Role::Data, "hold keys")?;
+        let lock = need(r.lock, op, "lock")?;
+        let key: Key = need(r.key, op, "key")?;
+        key.check()?;
+        let hold = need(r.hold, op, "hold")?;
+        let ttl = check_ttl(Duration::from_millis(need(r.ttl_ms, op, "ttl_ms")?))?;
+        let max_hold = r.max_hold_ms.map(|m| check_positive("maxHold", Duration::from_millis(m.max(1)))).transpose()?;
+        let kind = Kind::from_wire(r.limit);
+        check_name(if kind == Kind::Lock { "lock" } else { "semaphore" }, &lock)?;
+        if kind == Kind::Lock && r.fence.is_none() {
+            return Err(Error::invalid("a lease of a lock is re-presented with its fence"));
+        }
+        let table = engine.lock_table(&lock, kind)?;
+        self.note_remote_ttl(engine, &lock, ttl)?;
+        let session = self.session.clone().expect("hello was said");
+        let holder = Holder(holder_id(&session, r.holder.unwrap_or(0)));
+        let fence = if kind == Kind::Lock { r.fence } else { None };
+        let raw = table.adopt(&key, holder, fence, Terms { ttl: Some(ttl), max_hold })?;
+        let ok = self.server.grant(raw, &session, hold, &self.out, Duration::ZERO);
+        answer_ok(&self.out, id, &ok);
         Ok(())
     }
 
