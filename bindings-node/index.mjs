@@ -29,6 +29,7 @@ export const {
   TinyStoreError,
   Tx,
   TxBranch,
+  UnavailableError,
   connect,
   open,
 } = cjs

@@ -39,6 +39,6 @@
 // Every error the engine gives is an [*Error] with a stable Code; test it
 // with errors.Is against [ErrTimeout], [ErrInvalid], [ErrLimit],
 // [ErrClosed], [ErrLost], [ErrOwned], [ErrConflict], [ErrBusy], [ErrSQL],
-// [ErrAuth], [ErrIO], [ErrProtocol] or [ErrInternal]. A call whose ctx ends
+// [ErrAuth], [ErrIO], [ErrProtocol], [ErrInternal] or [ErrUnavailable]. A call whose ctx ends
 // while it waits returns ctx.Err().
 package tinystore

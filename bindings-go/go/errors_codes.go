@@ -16,7 +16,7 @@ var (
 	// ErrLimit: a limit was reached: message size, subscriptions, pending output.
 	ErrLimit = native.ErrLimit
 
-	// ErrClosed: the store (or the connection to it) is closed.
+	// ErrClosed: the store was closed by this program (close was called): open it again to go on.
 	ErrClosed = native.ErrClosed
 
 	// ErrLost: a lease ran out or was taken away before its holder let it go.
@@ -45,4 +45,7 @@ var (
 
 	// ErrInternal: a bug in tinystore itself.
 	ErrInternal = native.ErrInternal
+
+	// ErrUnavailable: the store could not be reached: its connection stayed down past the request timeout (the message says since when), or was cut before the store answered a call already sent (a publish may then have been delivered).
+	ErrUnavailable = native.ErrUnavailable
 )

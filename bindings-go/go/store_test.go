@@ -28,7 +28,7 @@ func TestErrorsCarryTheCoreCodeAndMessageAndMatchOneSentinel(t *testing.T) {
 	matched := 0
 	for _, s := range []error{tinystore.ErrTimeout, tinystore.ErrInvalid, tinystore.ErrLimit, tinystore.ErrClosed,
 		tinystore.ErrLost, tinystore.ErrOwned, tinystore.ErrConflict, tinystore.ErrBusy, tinystore.ErrSQL,
-		tinystore.ErrAuth, tinystore.ErrIO, tinystore.ErrProtocol, tinystore.ErrInternal} {
+		tinystore.ErrAuth, tinystore.ErrIO, tinystore.ErrProtocol, tinystore.ErrInternal, tinystore.ErrUnavailable} {
 		if errors.Is(err, s) {
 			matched++
 		}

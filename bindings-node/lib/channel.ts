@@ -44,11 +44,16 @@ export class Branch<T> implements AsyncIterable<Message<T>> {
 
   /**
    * Publishes `value` to this branch. Resolves once the store has it; never
-   * waits for a subscriber, however slow.
+   * waits for a subscriber, however slow. Connected, a publish made while the
+   * connection is being re-established waits for it (up to the request
+   * timeout, 10 s, and 8 MiB of waiting publishes), then leaves in order.
    *
    * @throws {@link LimitError} when its JSON is over 1 MiB (nothing is
    * published); {@link InvalidError} for a key out of rule or a value JSON
-   * cannot carry; {@link ClosedError}.
+   * cannot carry; {@link ClosedError} once the store was closed;
+   * {@link UnavailableError} when the store stayed out of reach past the
+   * request timeout (nothing published), or the connection was cut before
+   * the owner answered (the message may have been delivered).
    */
   async publish(value: T): Promise<void> {
     await now(() => this.store.publish(this.name, this.path as Key[], encode(value)))

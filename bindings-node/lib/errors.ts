@@ -58,7 +58,7 @@ export class LimitError extends TinyStoreError {
   }
 }
 
-/** The store, or the connection to it, is closed. Code `closed`. */
+/** This program closed the store (`close()` was called). Code `closed`. */
 export class ClosedError extends TinyStoreError {
   declare readonly code: 'closed'
   /** @param message - What was closed. */
@@ -154,6 +154,21 @@ export class InternalError extends TinyStoreError {
   }
 }
 
+/**
+ * The store could not be reached: the connection stayed down past the request
+ * timeout (10 s by default; the message says since when), or it was cut
+ * before the store answered a call already sent (a publish may then have been
+ * delivered). Calls made while the client reconnects wait for it first.
+ * Code `unavailable`.
+ */
+export class UnavailableError extends TinyStoreError {
+  declare readonly code: 'unavailable'
+  /** @param message - What could not be reached, since when. */
+  constructor(message: string, options?: ErrorOptions) {
+    super('unavailable', message, options)
+  }
+}
+
 // One class per code of the generated list: a code added to the core and not
 // here fails to compile.
 const classes: Record<ErrorCode, new (message: string) => TinyStoreError> = {
@@ -170,6 +185,7 @@ const classes: Record<ErrorCode, new (message: string) => TinyStoreError> = {
   io: IoError,
   protocol: ProtocolError,
   internal: InternalError,
+  unavailable: UnavailableError,
 }
 
 // The native layer sends each engine error as `tinystore:<code>:<message>`.

@@ -36,6 +36,7 @@ export {
   SqlError,
   TimeoutError,
   TinyStoreError,
+  UnavailableError,
 } from './errors'
 export type { ErrorCode } from './errors'
 export { Lease, Lock, Permit, Semaphore } from './lock'

@@ -67,7 +67,9 @@ abstract class Holdable<L extends Permit> {
    * @throws {@link TimeoutError} when the key stayed held for the whole wait
    * (`fn` did not run); {@link LostError} when the lease was lost while `fn`
    * ran; {@link ConflictError} when this `hold` already holds `key` (a hold
-   * inside a hold of the same key); {@link InvalidError}; {@link ClosedError}.
+   * inside a hold of the same key); {@link InvalidError}; {@link ClosedError};
+   * {@link UnavailableError} when, connected, the store stayed out of reach
+   * for the whole wait (at least the request timeout, 10 s).
    */
   async hold<R>(key: Key, fn: (lease: L) => R | PromiseLike<R>, options: HoldOptions = {}): Promise<R> {
     check.key(key)

@@ -26,6 +26,7 @@ BUILTIN = {
     "io": OSError,
     "protocol": ConnectionError,
     "internal": RuntimeError,
+    "unavailable": ConnectionError,
 }
 
 

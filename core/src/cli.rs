@@ -297,7 +297,7 @@ fn run_command(cli: Cli) -> Result<ExitCode, Error> {
             match reach(&target)?.shutdown_owner() {
                 // The owner may stop before its answer leaves (a TLS
                 // writer's queue dies with the process): gone is stopped.
-                Err(e) if e.kind() == ErrorKind::Closed && gone_within(&target, Duration::from_secs(3)) => Ok(0),
+                Err(e) if e.kind() == ErrorKind::Unavailable && gone_within(&target, Duration::from_secs(3)) => Ok(0),
                 r => r.map(|()| 0),
             }
         }

@@ -449,18 +449,23 @@ fn chan_03_connected_transaction_publishes_at_commit() {
     assert_eq!(next_value(&mut it, 300), None);
 }
 
-/// A publish while disconnected fails at once with `closed`, never buffered.
+/// STORE-02: a publish while disconnected waits for the connection up to
+/// the request timeout, then fails with `unavailable` (not `closed`: the
+/// program did not close the store), and nothing was published.
 #[test]
-fn chan_04_publish_while_disconnected_fails_at_once() {
-    let (owner, client, p, _d) = through_proxy();
+fn store_02_publish_while_disconnected_waits_then_is_unavailable() {
+    let (owner, d) = common::store();
+    let p = Proxy::start(d.path(), &d.path().join("tinystore.sock"));
+    let client = Store::connect_with(&p.address(), tinystore::ConnectOptions::new().request_timeout(Duration::from_millis(400))).unwrap();
     let events = client.channel::<u64>("c").open().unwrap();
     events.under(1).publish(&1).unwrap();
     owner.close();
     p.cut();
     let t = Instant::now();
     let e = events.under(1).publish(&2).unwrap_err();
-    assert_eq!(e.code(), "closed");
-    assert!(t.elapsed() < Duration::from_secs(1));
+    assert_eq!(e.code(), "unavailable", "{e}");
+    assert!(!e.message().contains("may have been delivered"), "never sent: {e}");
+    assert!(t.elapsed() >= Duration::from_millis(300) && t.elapsed() < Duration::from_millis(1500), "{:?}", t.elapsed());
 }
 
 /// STORE-01: the owner goes away; a store opened with `open(dir)` takes over
@@ -887,12 +892,14 @@ fn l1_a_waiter_passed_over_for_silence_is_told_so() {
     assert!(t.elapsed() < Duration::from_secs(5), "told when heard again, not at the request timeout: {:?}", t.elapsed());
 }
 
-/// CHAN-03 over a connection: a transaction that published while the owner
-/// is out of reach is rolled back with `closed` at its commit, rather than
-/// committed with its messages lost.
+/// CHAN-03, STORE-02 over a connection: a transaction that published while
+/// the owner stays out of reach past the request timeout is rolled back with
+/// `unavailable` at its commit, rather than committed with its messages lost.
 #[test]
-fn chan_03_a_transaction_whose_messages_cannot_leave_is_rolled_back() {
-    let (_owner, client, p, _d) = through_proxy();
+fn chan_03_store_02_a_transaction_whose_messages_cannot_leave_is_rolled_back() {
+    let (_owner, d) = common::store();
+    let p = Proxy::start(d.path(), &d.path().join("tinystore.sock"));
+    let client = Store::connect_with(&p.address(), tinystore::ConnectOptions::new().request_timeout(Duration::from_millis(500))).unwrap();
     let db = client.database("t").open().unwrap();
     db.exec(tinystore::sql!("create table t (i integer)")).unwrap();
     let events = client.channel::<i64>("c").open().unwrap();
@@ -911,7 +918,7 @@ fn chan_03_a_transaction_whose_messages_cannot_leave_is_rolled_back() {
             tx.with(&events).publish(&1)
         })
         .unwrap_err();
-    assert_eq!(e.kind(), tinystore::ErrorKind::Closed, "{e}");
+    assert_eq!(e.kind(), tinystore::ErrorKind::Unavailable, "{e}");
     assert!(e.message().contains("rolled back"), "{e}");
     #[derive(serde::Deserialize)]
     struct N {

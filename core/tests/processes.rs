@@ -130,7 +130,8 @@ fn lock_02_chan_04_kill_9_of_server_then_restart() {
     let d = common::dir();
     let server = Server::start(d.path());
     let store = connect(d.path());
-    let lock = store.lock("l").open().unwrap();
+    // A ttl of 1 s: the new owner waits that out for the key (STORE-01).
+    let lock = store.lock("l").ttl(Duration::from_secs(1)).open().unwrap();
     let f1 = lock.hold("k", |l| -> tinystore::Result<Fence> { Ok(l.fence()) }).unwrap();
     let mut it = store.channel::<u64>("c").open().unwrap().under(1).messages().unwrap();
     signal(server.pid(), libc::SIGKILL);
@@ -214,7 +215,7 @@ fn recv(s: &mut UnixStream) -> Option<serde_json::Value> {
     serde_json::from_slice(&body).ok()
 }
 
-const HELLO: &str = r#"{"id":0,"op":"hello","version":2,"client":"test","session":"s1"}"#;
+const HELLO: &str = r#"{"id":0,"op":"hello","version":3,"client":"test","session":"s1"}"#;
 
 /// WIRE-01: malformed, truncated, oversized and unknown frames, bad names,
 /// negative ttls and wrong types get a clear error or close only their own

@@ -44,10 +44,16 @@ func encode[T any](v T) ([]byte, error) {
 // Publish publishes v (as JSON) to the branch. It returns once the store
 // has the message and never waits for a subscriber (CHAN-02). Messages
 // published one after another reach each subscriber in that order.
+// Connected, a publish made while the connection is being re-established
+// waits for it (up to the request timeout, 10 s, and 8 MiB of waiting
+// publishes), then leaves in order (STORE-02).
 //
 // Errors: [tinystore.ErrLimit] when v's JSON is over 1 MiB (nothing is
 // published), [tinystore.ErrInvalid] for a key out of rule or a value JSON
-// cannot carry, [tinystore.ErrClosed], ctx.Err().
+// cannot carry, [tinystore.ErrClosed] once the store was closed,
+// [tinystore.ErrUnavailable] when the store stayed out of reach past the
+// request timeout (nothing published) or the connection was cut before the
+// owner answered (the message may have been delivered), ctx.Err().
 func (b *Branch[T]) Publish(ctx context.Context, v T) error {
 	if b.err != nil {
 		return b.err

@@ -124,7 +124,9 @@ func (db *DB) Query(ctx context.Context, sql string, args ...any) (*Rows, error)
 // The transaction holds the database's writer until it ends.
 //
 // Errors: fn's own, [tinystore.ErrBusy], [tinystore.ErrSQL] (the commit
-// failed: nothing is delivered), [tinystore.ErrClosed], ctx.Err().
+// failed: nothing is delivered), [tinystore.ErrClosed],
+// [tinystore.ErrUnavailable] (connected, the owner stayed out of reach past
+// the request timeout: rolled back), ctx.Err().
 func (db *DB) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 	if err := ctx.Err(); err != nil {
 		return err

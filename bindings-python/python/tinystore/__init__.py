@@ -57,6 +57,7 @@ from .errors import (
     ConflictError,
     Error,
     InternalError,
+    UnavailableError,
     InvalidError,
     IoError,
     LimitError,
@@ -115,4 +116,5 @@ __all__ = [
     "IoError",
     "ProtocolError",
     "InternalError",
+    "UnavailableError",
 ]

@@ -56,15 +56,17 @@ class Branch(Generic[T]):
         Raises at once, with nothing published: ``InvalidError`` for a
         value not of a typed channel's type, ``LimitError`` for a message
         over 1 MiB of JSON, ``TypeError`` or ``ValueError`` for a value JSON
-        cannot carry, ``ClosedError`` once the store is closed (or,
-        connected, while the connection is down: nothing is buffered
-        silently).
+        cannot carry, ``ClosedError`` once the store is closed.
 
-        Connected, the future can still fail once the message was sent:
-        with ``ClosedError`` when the connection drops before the owner
-        answered, and with ``TimeoutError`` when the owner does not answer
-        within 10 s (a frozen process). Either error says the message may
-        have been delivered (or may yet be): retrying may deliver it twice.
+        Connected, a publish made while the connection is being
+        re-established waits for it (up to the request timeout, 10 s, and
+        8 MiB of waiting publishes), then leaves in order; past that it
+        fails with ``UnavailableError`` (nothing was published). The future
+        can still fail once the message was sent: with ``UnavailableError``
+        when the connection drops before the owner answered, and with
+        ``TimeoutError`` when the owner does not answer within 10 s (a
+        frozen process). Either error says the message may have been
+        delivered (or may yet be): retrying may deliver it twice.
 
         Call it from a running event loop, like any asyncio API: in a
         thread without one it raises ``RuntimeError`` and publishes nothing.

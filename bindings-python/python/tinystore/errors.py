@@ -36,6 +36,7 @@ __all__ = [
     "IoError",
     "ProtocolError",
     "InternalError",
+    "UnavailableError",
 ]
 
 
@@ -72,7 +73,7 @@ class LimitError(Error, ValueError):
 
 
 class ClosedError(Error, RuntimeError):
-    """The store (or the connection to it) is closed. Code ``closed``."""
+    """This program closed the store (``close()`` was called). Code ``closed``."""
 
     code = "closed"
 
@@ -133,6 +134,16 @@ class InternalError(Error, RuntimeError):
     code = "internal"
 
 
+class UnavailableError(Error, ConnectionError):
+    """The store could not be reached: the connection stayed down past the
+    request timeout (10 s by default; the message says since when), or it was
+    cut before the store answered a call already sent (a publish may then have
+    been delivered). Calls made while the client reconnects wait for it first.
+    Code ``unavailable``."""
+
+    code = "unavailable"
+
+
 _CLASSES = (
     TimeoutError,
     InvalidError,
@@ -147,6 +158,7 @@ _CLASSES = (
     IoError,
     ProtocolError,
     InternalError,
+    UnavailableError,
 )
 
 # The codes come from the core (_codes.py, generated): one class each, in the

@@ -167,8 +167,8 @@ class Lock(_Handle):
         Connected, when the owner goes away while this waits, the hold asks
         again once the connection is back (another process may have taken
         the store over), with what is left of ``wait``; it fails with
-        :class:`tinystore.ClosedError` when the store is not back within
-        ``wait`` plus 5 s. An owner that stops answering without the
+        :class:`tinystore.UnavailableError` when the store is not back within
+        ``wait`` (at least the request timeout, 10 s). An owner that stops answering without the
         connection dropping (a frozen process) fails it with
         :class:`tinystore.TimeoutError` after ``wait`` plus the 10 s
         request timeout. Either way the block never starts after ``wait``:

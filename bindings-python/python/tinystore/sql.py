@@ -108,9 +108,10 @@ class Database:
         async or not. Holds the database's writer until it ends: keep it short.
 
         Raises ``ClosedError`` and rolls back when it published and the
-        store is closed or, connected, its owner is out of reach; a
-        ``ClosedError`` that says the rows stand when the owner went away
-        while the messages left (do not run it again then).
+        store is closed, ``UnavailableError`` and rolls back when,
+        connected, its owner stays out of reach past the request timeout;
+        an ``UnavailableError`` that says the rows stand when the owner went
+        away while the messages left (do not run it again then).
         ``InvalidError`` for a channel of another store handle.
         ``ConflictError`` at once for a ``db.tx`` or ``db.exec`` of this
         database inside ``fn`` (they would wait for this one to end).

@@ -159,7 +159,10 @@ impl Store {
         let dir = absolute(dir)?;
         let lock = take_dir_lock(&dir)?;
         let epoch = next_epoch(&dir, opts.clock_ms)?;
-        let backend = Owned::new(Engine::start(epoch), &dir, lock);
+        let engine = Engine::start(epoch);
+        // Leases of a dead owner's connected holders may still be alive.
+        engine.start_lock_graces(crate::net::files::remote_lock_ttls(&dir)?);
+        let backend = Owned::new(engine, &dir, lock);
         let store = Store { inner: Arc::new(Inner { dir: dir.clone(), closed: AtomicBool::new(false),
             closing: AtomicBool::new(false), backend: Box::new(backend) }) };
         store.serve_with(&Address::Unix(socket_path(&dir)), None)?;
@@ -359,7 +362,8 @@ impl Store {
         if self.is_closed() { Err(Error::closed()) } else { Ok(()) }
     }
 
-    /// Ok while a publish could leave now: open, and connected if a client.
+    /// Ok once a publish could leave: open, and connected if a client (a
+    /// reconnect is waited for up to the request timeout: STORE-02).
     pub(crate) fn check_can_publish(&self) -> Result<()> {
         self.check_open()?;
         self.inner.backend.check_can_publish()
@@ -368,9 +372,12 @@ impl Store {
     /// Publishes JSON bytes to a branch (the bindings' boundary). The
     /// message leaves at this call, so publishes called one after another
     /// keep their order even when their futures are awaited together (CHAN-01);
-    /// the future resolves once the store has it. Errors: `invalid` (name or
-    /// key out of rule), `limit` (over 1 MiB), `closed` (also while a
-    /// connection is down: nothing is buffered silently).
+    /// the future resolves once the store has it. Connected, while the
+    /// connection is re-established it waits in the client, in order (up to
+    /// the request timeout and 8 MiB: STORE-02). Errors: `invalid` (name or
+    /// key out of rule), `limit` (over 1 MiB), `closed` (this store was
+    /// closed), `unavailable` (connected: the store stayed out of reach past
+    /// the request timeout, or the connection was cut before its answer).
     pub fn publish_raw(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Publish {
         let checked = self.check_open().and_then(|_| check_name("channel", channel)).and_then(|_| branch.iter().try_for_each(Key::check));
         match checked {
@@ -406,12 +413,19 @@ impl Store {
         self.inner.backend.publish_then(channel, branch, data, &mut keep)
     }
 
-    /// Publishes at once (a transaction's messages at its commit).
-    pub(crate) fn publish_now(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
+    /// A ticket for a transaction that published to `channels` (checked),
+    /// taken before its commit (CHAN-03). Errors: `closed`.
+    pub(crate) fn take_ticket(&self, channels: Vec<Arc<str>>) -> Result<u64> {
         self.check_open()?;
-        check_name("channel", channel)?;
-        branch.iter().try_for_each(Key::check)?;
-        self.inner.backend.publish_now(channel, branch, data)
+        self.inner.backend.take_ticket(channels)
+    }
+
+    /// Ends a ticket: delivers `msgs` (checked) after the earlier tickets',
+    /// or gives it up (`None`). Errors: `timeout` (past the bound: dropped),
+    /// `closed`.
+    pub(crate) fn end_ticket(&self, ticket: u64, msgs: Option<Vec<crate::engine::tickets::Held>>) -> Result<()> {
+        self.check_open()?;
+        self.inner.backend.end_ticket(ticket, msgs)
     }
 
     /// Subscribes to a branch and gives a subscription to pull from (the
@@ -515,10 +529,39 @@ impl std::future::Future for Publish {
 }
 
 /// The hook a client made by `open(dir)` is given: when the owner went
-/// away, this process tries to own `dir` itself (STORE-01).
+/// away, this process tries to own `dir` itself (STORE-01). The store taken over serves the `tcp:`/`tls:` listeners its owners
+/// served too (recorded in `kv.db` when they served them).
 fn takeover(dir: &Path) -> Takeover {
     let dir = dir.to_path_buf();
-    Box::new(move || Store::open_owned(&dir, &OpenOptions::default()).ok().map(|s| Box::new(s) as Box<dyn TakenOver>))
+    Box::new(move || {
+        let s = Store::open_owned(&dir, &OpenOptions::default()).ok()?;
+        s.serve_recorded();
+        Some(Box::new(s) as Box<dyn TakenOver>)
+    })
+}
+
+impl Store {
+    /// Serves again the listeners owners of this directory served; one that
+    /// cannot be served (its port taken, its files gone) is said on stderr,
+    /// as the store goes on over its Unix socket.
+    fn serve_recorded(&self) {
+        let listeners = match crate::net::files::recorded_listeners(self.dir()) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("tinystore: took over {} but could not read its listeners: {e}", self.dir().display());
+                return;
+            }
+        };
+        for l in listeners {
+            let served = Address::parse(&l.address).and_then(|a| match (&l.cert, &l.key) {
+                (Some(c), Some(k)) => self.serve_tls_with(&a, c, k, None),
+                _ => self.serve_with(&a, None),
+            });
+            if let Err(e) = served {
+                eprintln!("tinystore: took over {} but could not serve {} again: {e}", self.dir().display(), l.address);
+            }
+        }
+    }
 }
 
 impl TakenOver for Store {

@@ -13,7 +13,7 @@ pub enum ErrorKind {
     Invalid,
     /// A limit was reached: message size, subscriptions, pending output. Code `limit`.
     Limit,
-    /// The store (or the connection to it) is closed. Code `closed`.
+    /// The store was closed by this program (`close` was called). Code `closed`.
     Closed,
     /// A lease ran out or was taken away before its holder let it go. Code `lost`.
     Lost,
@@ -34,6 +34,10 @@ pub enum ErrorKind {
     Protocol,
     /// A bug in tinystore itself. Code `internal`.
     Internal,
+    /// The store could not be reached: its connection stayed down past the
+    /// request timeout (the message says since when), or was cut before the
+    /// store answered a call already sent. Code `unavailable`.
+    Unavailable,
 }
 
 impl ErrorKind {
@@ -53,6 +57,7 @@ impl ErrorKind {
             ErrorKind::Io => "io",
             ErrorKind::Protocol => "protocol",
             ErrorKind::Internal => "internal",
+            ErrorKind::Unavailable => "unavailable",
         }
     }
 
@@ -63,7 +68,7 @@ impl ErrorKind {
 
     /// Every kind, in the order the bindings list them: the source of each
     /// binding's generated code list (core/tests/generated.rs).
-    pub const ALL: [ErrorKind; 13] = [
+    pub const ALL: [ErrorKind; 14] = [
         ErrorKind::Timeout,
         ErrorKind::Invalid,
         ErrorKind::Limit,
@@ -77,6 +82,7 @@ impl ErrorKind {
         ErrorKind::Io,
         ErrorKind::Protocol,
         ErrorKind::Internal,
+        ErrorKind::Unavailable,
     ];
 
     /// What this kind means, in one line for a binding's docs (the variant's
@@ -86,7 +92,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "A wait ran out: hold found no free key within its wait, and nothing ran.",
             ErrorKind::Invalid => "The caller passed something out of rule: a bad name, key, duration or value.",
             ErrorKind::Limit => "A limit was reached: message size, subscriptions, pending output.",
-            ErrorKind::Closed => "The store (or the connection to it) is closed.",
+            ErrorKind::Closed => "The store was closed by this program (close was called): open it again to go on.",
             ErrorKind::Lost => "A lease ran out or was taken away before its holder let it go.",
             ErrorKind::Owned => "Another process owns the store directory.",
             ErrorKind::Conflict => {
@@ -98,6 +104,9 @@ impl ErrorKind {
             ErrorKind::Io => "The operating system refused a file or socket operation.",
             ErrorKind::Protocol => "The peer spoke something this side does not understand.",
             ErrorKind::Internal => "A bug in tinystore itself.",
+            ErrorKind::Unavailable => {
+                "The store could not be reached: its connection stayed down past the request timeout (the message says since when), or was cut before the store answered a call already sent (a publish may then have been delivered)."
+            }
         }
     }
 }
@@ -123,7 +132,8 @@ impl Error {
         self.kind
     }
     /// The stable code string: `timeout`, `invalid`, `limit`, `closed`, `lost`,
-    /// `owned`, `conflict`, `busy`, `sql`, `auth`, `io`, `protocol`, `internal`.
+    /// `owned`, `conflict`, `busy`, `sql`, `auth`, `io`, `protocol`, `internal`,
+    /// `unavailable`.
     pub fn code(&self) -> &'static str {
         self.kind.code()
     }
@@ -203,6 +213,7 @@ mod tests {
             ErrorKind::Io => 10,
             ErrorKind::Protocol => 11,
             ErrorKind::Internal => 12,
+            ErrorKind::Unavailable => 13,
         }
     }
 

@@ -76,3 +76,70 @@ pub(crate) fn owner_lock_held_here(dir: &Path) -> bool {
     let path = dir.join("owner.lock");
     File::open(&path).is_ok_and(|f| matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)))
 }
+
+/// A `tcp:` or `tls:` listener an owner served, kept in `kv.db` so that a
+/// process taking the store over serves it again (STORE-01): the address,
+/// and for `tls:` the certificate and key files (`None`: `<dir>/tls/`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Listener {
+    pub(crate) address: String,
+    pub(crate) cert: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
+}
+
+fn kv(dir: &Path) -> Result<rusqlite::Connection> {
+    let db = rusqlite::Connection::open(dir.join("kv.db"))?;
+    db.busy_timeout(Duration::from_secs(5))?;
+    db.execute("create table if not exists kv (key text primary key, value any not null)", [])?;
+    Ok(db)
+}
+
+/// The listeners owners of `dir` served (see [`Listener`]).
+pub(crate) fn recorded_listeners(dir: &Path) -> Result<Vec<Listener>> {
+    let db = kv(dir)?;
+    let text: Option<String> = db
+        .query_row("select value from kv where key = 'listeners'", [], |r| r.get(0))
+        .map(Some)
+        .or_else(|e| if e == rusqlite::Error::QueryReturnedNoRows { Ok(None) } else { Err(e) })?;
+    Ok(text.and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default())
+}
+
+/// Adds `l` to the listeners of `dir` (one per address: the newest files win).
+pub(crate) fn record_listener(dir: &Path, l: Listener) -> Result<()> {
+    let mut all = recorded_listeners(dir)?;
+    all.retain(|x| x.address != l.address);
+    all.push(l);
+    let text = serde_json::to_string(&all)?;
+    kv(dir)?.execute("insert into kv (key, value) values ('listeners', ?1) on conflict (key) do update set value = excluded.value", [text])?;
+    Ok(())
+}
+
+/// The locks that gave leases over a connection, each with the longest ttl
+/// given: what a new owner waits out before it grants their keys to anyone
+/// but a holder re-presenting its lease (STORE-01).
+pub(crate) fn remote_lock_ttls(dir: &Path) -> Result<Vec<(String, Duration)>> {
+    let db = kv(dir)?;
+    db.execute("create table if not exists lock_ttls (lock text primary key, ttl_ms integer not null)", [])?;
+    let mut q = db.prepare("select lock, ttl_ms from lock_ttls")?;
+    let rows = q.query_map([], |r| Ok((r.get::<_, String>(0)?, Duration::from_millis(r.get::<_, i64>(1)? as u64))))?;
+    Ok(rows.collect::<std::result::Result<Vec<_>, _>>()?)
+}
+
+/// Writes down `ttl` as the longest given over a connection for `lock`
+/// (called when it grows, not per hold).
+pub(crate) fn record_remote_lock_ttl(dir: &Path, lock: &str, ttl: Duration) -> Result<()> {
+    let db = kv(dir)?;
+    db.execute("create table if not exists lock_ttls (lock text primary key, ttl_ms integer not null)", [])?;
+    db.execute(
+        "insert into lock_ttls (lock, ttl_ms) values (?1, ?2) on conflict (lock) do update set ttl_ms = max(ttl_ms, excluded.ttl_ms)",
+        rusqlite::params![lock, ttl.as_millis() as i64],
+    )?;
+    Ok(())
+}
+
+/// A clean close told every holder its lease was lost: nothing to wait out.
+pub(crate) fn forget_remote_lock_ttls(dir: &Path) -> Result<()> {
+    let db = kv(dir)?;
+    db.execute("drop table if exists lock_ttls", [])?;
+    Ok(())
+}

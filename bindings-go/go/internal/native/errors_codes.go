@@ -16,7 +16,7 @@ var (
 	// ErrLimit is code "limit": a limit was reached: message size, subscriptions, pending output.
 	ErrLimit = errors.New("tinystore: limit")
 
-	// ErrClosed is code "closed": the store (or the connection to it) is closed.
+	// ErrClosed is code "closed": the store was closed by this program (close was called): open it again to go on.
 	ErrClosed = errors.New("tinystore: closed")
 
 	// ErrLost is code "lost": a lease ran out or was taken away before its holder let it go.
@@ -45,21 +45,25 @@ var (
 
 	// ErrInternal is code "internal": a bug in tinystore itself.
 	ErrInternal = errors.New("tinystore: internal")
+
+	// ErrUnavailable is code "unavailable": the store could not be reached: its connection stayed down past the request timeout (the message says since when), or was cut before the store answered a call already sent (a publish may then have been delivered).
+	ErrUnavailable = errors.New("tinystore: unavailable")
 )
 
 // byCode gives the sentinel of each code.
 var byCode = map[string]error{
-	"timeout":  ErrTimeout,
-	"invalid":  ErrInvalid,
-	"limit":    ErrLimit,
-	"closed":   ErrClosed,
-	"lost":     ErrLost,
-	"owned":    ErrOwned,
-	"conflict": ErrConflict,
-	"busy":     ErrBusy,
-	"sql":      ErrSQL,
-	"auth":     ErrAuth,
-	"io":       ErrIO,
-	"protocol": ErrProtocol,
-	"internal": ErrInternal,
+	"timeout":     ErrTimeout,
+	"invalid":     ErrInvalid,
+	"limit":       ErrLimit,
+	"closed":      ErrClosed,
+	"lost":        ErrLost,
+	"owned":       ErrOwned,
+	"conflict":    ErrConflict,
+	"busy":        ErrBusy,
+	"sql":         ErrSQL,
+	"auth":        ErrAuth,
+	"io":          ErrIO,
+	"protocol":    ErrProtocol,
+	"internal":    ErrInternal,
+	"unavailable": ErrUnavailable,
 }

@@ -15,6 +15,7 @@ use crate::base::fence::Fence;
 use crate::base::key::Key;
 use crate::engine::channels::{Event, Resume, Scope, check_message};
 use crate::engine::locks::{Holder, Kind, Terms};
+use crate::engine::tickets::Held;
 use crate::net::client::{Client, LoopReader, RemoteLeaseHandle, RemoteSub};
 use crate::net::files::owner_lock_held_here;
 use crate::net::wire::Address;
@@ -39,8 +40,9 @@ impl Backend for Connected {
         self.client.epoch()
     }
 
+    /// Waits for a connection being re-established, up to the request timeout.
     fn check_can_publish(&self) -> Result<()> {
-        self.client.check_connected()
+        self.client.wait_connected()
     }
 
     fn publish(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Publish {
@@ -57,8 +59,15 @@ impl Backend for Connected {
         }
     }
 
-    fn publish_now(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
-        runtime::block_on(self.publish(channel, branch, data))
+    fn take_ticket(&self, channels: Vec<Arc<str>>) -> Result<u64> {
+        runtime::block_on(self.client.take_ticket(&channels))
+    }
+
+    fn end_ticket(&self, ticket: u64, msgs: Option<Vec<Held>>) -> Result<()> {
+        if let Some(m) = &msgs {
+            m.iter().try_for_each(|m| check_message(&m.data))?;
+        }
+        runtime::block_on(self.client.end_ticket(ticket, msgs))
     }
 
     fn subscribe<'a>(&'a self, channel: &'a str, branch: &'a [Key], scope: Scope, _resume: Option<Resume>) -> BoxFuture<'a, Result<RawSubscription>> {

@@ -19,8 +19,9 @@ use crate::base::key::Key;
 use crate::engine::Engine;
 use crate::engine::channels::{Event, LocalSubscription, Resume, Scope};
 use crate::engine::locks::{Holder, Kind, LeaseShared, LocalLease, Table, Terms};
+use crate::engine::tickets::Held;
 use crate::net::client::LoopReader;
-use crate::net::files::socket_path;
+use crate::net::files::{Listener, record_listener, socket_path};
 use crate::net::server::Server;
 use crate::net::wire::Address;
 
@@ -60,8 +61,12 @@ impl Backend for Owned {
         Some(self.engine.publish_checked(channel, branch, data.into()))
     }
 
-    fn publish_now(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
-        self.engine.publish_checked(channel, branch, data)
+    fn take_ticket(&self, channels: Vec<Arc<str>>) -> Result<u64> {
+        self.engine.take_ticket(channels)
+    }
+
+    fn end_ticket(&self, ticket: u64, msgs: Option<Vec<Held>>) -> Result<()> {
+        self.engine.end_ticket(ticket, msgs)
     }
 
     fn subscribe<'a>(&'a self, channel: &'a str, branch: &'a [Key], scope: Scope, resume: Option<Resume>) -> BoxFuture<'a, Result<RawSubscription>> {
@@ -91,6 +96,15 @@ impl Backend for Owned {
 
     fn serve(&self, address: &Address, tls_files: Option<(&Path, &Path)>, shutdown: Option<Arc<tokio::sync::Notify>>) -> Result<()> {
         let server = Server::new(Arc::downgrade(&self.engine), self.dir.clone(), shutdown);
+        // Kept for a process that takes the store over (STORE-01); written
+        // before the first client can connect, so it is there by then.
+        if !matches!(address, Address::Unix(_)) {
+            let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+            record_listener(
+                &self.dir,
+                Listener { address: address.to_string(), cert: tls_files.map(|(c, _)| abs(c)), key: tls_files.map(|(_, k)| abs(k)) },
+            )?;
+        }
         server.listen(address, tls_files)?;
         self.servers.lock().push(server);
         Ok(())
@@ -115,6 +129,7 @@ impl Backend for Owned {
             s.stop();
         }
         self.engine.close();
+        let _ = crate::net::files::forget_remote_lock_ttls(dir);
         let _ = std::fs::remove_file(socket_path(dir));
         self.dir_lock.lock().take();
     }

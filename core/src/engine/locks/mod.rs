@@ -105,6 +105,11 @@ pub(crate) struct Locks {
     tables: Mutex<HashMap<String, Arc<Table>>>,
     fences: Arc<Fences>,
     ids: Arc<AtomicU64>,
+    /// Locks whose leases over a connection may outlive a dead owner, with
+    /// the longest ttl given (STORE-01): the grace a new owner waits.
+    remote_ttls: Mutex<HashMap<String, Duration>>,
+    /// Until when each such lock grants only re-presented leases.
+    graces: Mutex<HashMap<String, Instant>>,
 }
 
 struct Waiter {
@@ -196,6 +201,20 @@ pub(crate) struct Table {
     fences: Arc<Fences>,
     ids: Arc<AtomicU64>,
     closed: std::sync::atomic::AtomicBool,
+    /// Until then only re-presented leases are granted (STORE-01).
+    grace: Mutex<Option<Instant>>,
+    grace_timer: Mutex<Option<(Arc<GraceDue>, runtime::TimerKey)>>,
+}
+
+/// The end of a table's grace: its keys go to their waiters.
+struct GraceDue(std::sync::Weak<Table>);
+
+impl runtime::Due for GraceDue {
+    fn due(self: Arc<Self>, _now: Instant) {
+        if let Some(t) = self.0.upgrade() {
+            t.end_grace();
+        }
+    }
 }
 
 /// What `status` shows of one key.
@@ -228,7 +247,40 @@ pub struct HolderStatus {
 
 impl Locks {
     pub(crate) fn new(epoch: u64) -> Locks {
-        Locks { tables: Mutex::new(HashMap::default()), fences: Arc::new(Fences::new(epoch)), ids: Arc::new(AtomicU64::new(1)) }
+        Locks {
+            tables: Mutex::new(HashMap::default()),
+            fences: Arc::new(Fences::new(epoch)),
+            ids: Arc::new(AtomicU64::new(1)),
+            remote_ttls: Mutex::new(HashMap::default()),
+            graces: Mutex::new(HashMap::default()),
+        }
+    }
+
+    /// A new owner's start (STORE-01): each lock that gave leases over a
+    /// connection, with the longest ttl given, grants only re-presented
+    /// leases of its keys until that ttl (and a little) has passed, since
+    /// a holder of the dead owner may still hold one.
+    pub(crate) fn start_graces(&self, remote: Vec<(String, Duration)>) {
+        let now = Instant::now();
+        let mut graces = self.graces.lock();
+        let mut ttls = self.remote_ttls.lock();
+        for (name, ttl) in remote {
+            graces.insert(name.clone(), now + ttl + Duration::from_millis(100));
+            ttls.insert(name, ttl);
+        }
+    }
+
+    /// Notes a ttl given over a connection; true when it is the longest yet
+    /// for `name` (to be written down: only then, not per hold).
+    pub(crate) fn note_remote_ttl(&self, name: &str, ttl: Duration) -> bool {
+        let mut ttls = self.remote_ttls.lock();
+        match ttls.get(name) {
+            Some(t) if *t >= ttl => false,
+            _ => {
+                ttls.insert(name.to_owned(), ttl);
+                true
+            }
+        }
     }
 
     /// The table for `name`, made on first use. Errors with `conflict` when
@@ -244,6 +296,7 @@ impl Locks {
             }
             return Ok(t.clone());
         }
+        let grace = self.graces.lock().get(name).copied().filter(|g| *g > Instant::now());
         let t = Arc::new(Table {
             name: Arc::from(name),
             kind,
@@ -251,7 +304,14 @@ impl Locks {
             fences: self.fences.clone(),
             ids: self.ids.clone(),
             closed: Default::default(),
+            grace: Mutex::new(grace),
+            grace_timer: Mutex::new(None),
         });
+        if let Some(g) = grace {
+            let due = Arc::new(GraceDue(Arc::downgrade(&t)));
+            let key = runtime::schedule(g, Arc::downgrade(&due) as std::sync::Weak<dyn runtime::Due>);
+            *t.grace_timer.lock() = Some((due, key));
+        }
         tables.insert(name.to_owned(), t.clone());
         Ok(t)
     }
@@ -299,7 +359,7 @@ impl Table {
         let mut keys = self.keys.lock();
         let ks = keys.entry(key.clone()).or_default();
         let mine = holder != Holder(0) && ks.holders.iter().any(|l| l.holder == holder);
-        if !mine && ks.holders.len() < self.kind.limit() && ks.waiters.is_empty() {
+        if !mine && ks.holders.len() < self.kind.limit() && ks.waiters.is_empty() && !self.in_grace() {
             return Ok(Some(self.grant(&key, ks, holder, terms)));
         }
         if ks.holders.is_empty() && ks.waiters.is_empty() {
@@ -313,6 +373,9 @@ impl Table {
     /// `holder` already holds or waits for the key.
     pub(crate) fn acquire_now(self: &Arc<Self>, key: &Key, holder: Holder, terms: Terms) -> Result<Option<LocalLease>> {
         self.check_open()?;
+        if self.in_grace() {
+            return Ok(None);
+        }
         let mut keys = self.keys.lock();
         match keys.get_mut(key) {
             None => {
@@ -370,7 +433,7 @@ impl Table {
         let mut keys = self.keys.lock();
         let ks = keys.entry(key.clone()).or_default();
         self.check_not_mine(key, ks, holder)?;
-        if ks.holders.len() < self.kind.limit() && ks.waiters.is_empty() {
+        if ks.holders.len() < self.kind.limit() && ks.waiters.is_empty() && !self.in_grace() {
             return Ok(Queued::Now(self.grant(key, ks, holder, terms)));
         }
         let id = self.ids.fetch_add(1, Ordering::Relaxed);
@@ -438,8 +501,11 @@ impl Table {
         LocalLease::new(shared)
     }
 
-    /// Gives the key to waiters in order while there is room.
+    /// Gives the key to waiters in order while there is room (after the grace).
     fn serve(self: &Arc<Self>, key: &Key, ks: &mut KeyState) {
+        if self.in_grace() {
+            return;
+        }
         while ks.holders.len() < self.kind.limit() {
             let Some(w) = ks.waiters.pop_front() else { break };
             if let Some(t) = w.timer {
@@ -476,6 +542,60 @@ impl Table {
     fn check_open(&self) -> Result<()> {
         runtime::check_not_forked()?;
         if self.closed.load(Ordering::Acquire) { Err(Error::closed()) } else { Ok(()) }
+    }
+
+    /// True while leases of a dead owner may still be alive (STORE-01).
+    fn in_grace(&self) -> bool {
+        let mut g = self.grace.lock();
+        match *g {
+            Some(until) if Instant::now() < until => true,
+            Some(_) => {
+                *g = None;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// The grace is over: keys nobody re-presented go to their waiters.
+    fn end_grace(self: &Arc<Self>) {
+        *self.grace.lock() = None;
+        self.grace_timer.lock().take();
+        let mut keys = self.keys.lock();
+        let names: Vec<Key> = keys.keys().cloned().collect();
+        for k in names {
+            if let Some(ks) = keys.get_mut(&k) {
+                self.serve(&k, ks);
+                if ks.holders.is_empty() && ks.waiters.is_empty() {
+                    keys.remove(&k);
+                }
+            }
+        }
+    }
+
+    /// Takes back a lease a holder of the dead owner re-presents, with its
+    /// fence unchanged (STORE-01): only within the grace, and only while
+    /// the key has room. Errors with `lost` otherwise.
+    pub(crate) fn adopt(self: &Arc<Self>, key: &Key, holder: Holder, fence: Option<Fence>, terms: Terms) -> Result<LocalLease> {
+        self.check_open()?;
+        let refused = |why: &str| {
+            Error::lost(format!("the store's owner changed and key {key} of {:?} could not be kept: {why}; take the key again", &*self.name))
+        };
+        if !self.in_grace() {
+            return Err(refused("the new owner has no lease of the old one to wait for"));
+        }
+        let mut keys = self.keys.lock();
+        let ks = keys.entry(key.clone()).or_default();
+        if ks.holders.len() >= self.kind.limit() {
+            return Err(refused("it is held by another lease"));
+        }
+        let id = self.ids.fetch_add(1, Ordering::Relaxed);
+        let shared = LeaseShared::new(self.clone(), id, key.clone(), fence, holder, terms);
+        ks.holders.push(shared.clone());
+        if terms.ttl.is_some() || terms.max_hold.is_some() {
+            shared.start_timer();
+        }
+        Ok(LocalLease::new(shared))
     }
 
     fn close(&self) {

@@ -2,7 +2,7 @@
 //! engine's timers, and lost by its own deadline on this side.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -20,9 +20,17 @@ type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + 
 /// A lease held over the wire, renewed every third of its ttl by the engine.
 pub(crate) struct RemoteLease {
     pub(super) client: std::sync::Weak<Client>,
-    pub(super) id: u64,
+    /// The owner's id for it: a new owner that took it back gives another.
+    pub(super) id: AtomicU64,
     pub(super) fence: Option<Fence>,
     pub(super) key: Key,
+    /// What it is re-presented with to a new owner (STORE-01).
+    pub(super) lock: String,
+    pub(super) limit: u32,
+    pub(super) holder: u64,
+    /// Re-presented to a new owner, not yet answered: no renewal goes out
+    /// under the old id meanwhile.
+    pub(super) adopting: AtomicBool,
     pub(super) ttl: Duration,
     /// Lost by this instant unless a renewal moves it: the last renewal
     /// sent (acknowledged) plus the ttl, capped by maxHold.
@@ -55,13 +63,16 @@ impl runtime::Due for RemoteLease {
             self.mark_lost(self.why_past_deadline(now, "the connection was cut or the store stalled"));
             return;
         }
-        if now >= s.next_send {
+        if now >= s.next_send && self.adopting.load(Ordering::Acquire) {
+            // Its re-presentation stands for a renewal: look again soon.
+            s.next_send = now + Duration::from_millis(50);
+        } else if now >= s.next_send {
             s.next_send = now + self.ttl / 3;
             if let Some(c) = self.client.upgrade()
                 && let Ok(conn) = c.current()
             {
                 let mut r = Request::new(0, "renew");
-                r.lease = Some(self.id);
+                r.lease = Some(self.id());
                 r.fence = self.fence;
                 let _ = c.send_with(&conn, &mut r, Some(Answer::Renewal(Arc::downgrade(&self), now)), false);
             }
@@ -71,14 +82,28 @@ impl runtime::Due for RemoteLease {
 }
 
 impl RemoteLease {
-    pub(super) fn new(client: &Arc<Client>, id: u64, fence: Option<Fence>, key: Key, ttl: Duration, granted: Instant, max_hold: Option<Duration>) -> Arc<RemoteLease> {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        client: &Arc<Client>,
+        id: u64,
+        fence: Option<Fence>,
+        key: Key,
+        (lock, limit, holder): (String, u32, u64),
+        ttl: Duration,
+        granted: Instant,
+        max_hold: Option<Duration>,
+    ) -> Arc<RemoteLease> {
         let max_deadline = max_hold.map(|m| granted + m - safety(m));
         let first = granted + ttl - safety(ttl);
         Arc::new(RemoteLease {
             client: Arc::downgrade(client),
-            id,
+            id: AtomicU64::new(id),
             fence,
             key,
+            lock,
+            limit,
+            holder,
+            adopting: AtomicBool::new(false),
             ttl,
             deadline: Mutex::new(max_deadline.map_or(first, |m| m.min(first))),
             max_deadline,
@@ -89,6 +114,53 @@ impl RemoteLease {
             on_lost: Mutex::new(Vec::new()),
             sched: Mutex::new(Sched { next_send: granted, timer: None }),
         })
+    }
+
+    pub(super) fn id(&self) -> u64 {
+        self.id.load(Ordering::Acquire)
+    }
+
+    /// The request that re-presents this lease to a new owner (STORE-01):
+    /// its lock, key, fence, ttl and what is left of its maxHold; `None`
+    /// once lost, released or past its deadline.
+    pub(super) fn adopt_request(&self, hold: u64) -> Option<Request<'static>> {
+        if self.lost.load(Ordering::Acquire) || self.released.load(Ordering::Acquire) || Instant::now() >= *self.deadline.lock() {
+            return None;
+        }
+        let mut r = Request::new(0, "adopt");
+        r.lock = Some(self.lock.clone());
+        r.limit = Some(self.limit);
+        r.key = Some(self.key.clone());
+        r.hold = Some(hold);
+        r.holder = Some(self.holder);
+        r.fence = self.fence;
+        r.ttl_ms = Some(self.ttl.as_millis() as u64);
+        r.max_hold_ms = self.max_deadline.map(|m| m.saturating_duration_since(Instant::now()).as_millis().max(1) as u64);
+        Some(r)
+    }
+
+    /// The new owner's answer to the re-presentation sent at `sent`: the
+    /// lease goes on under its new id (a renewal at `sent`), or is lost.
+    pub(super) fn adopted(self: &Arc<Self>, sent: Instant, v: Result<Box<[u8]>>) {
+        let ok = v.and_then(|b| serde_json::from_slice::<crate::net::wire::AcquireOk>(&b).map_err(|e| Error::new(ErrorKind::Protocol, e.to_string())));
+        match ok {
+            Ok(crate::net::wire::AcquireOk { lease: Some(new), .. }) => {
+                let old = self.id.swap(new, Ordering::AcqRel);
+                if let Some(c) = self.client.upgrade() {
+                    let mut leases = c.leases.lock();
+                    if leases.remove(&old).is_some() {
+                        leases.insert(new, self.clone());
+                    }
+                }
+                self.adopting.store(false, Ordering::Release);
+                self.renewed(sent, Ok(Box::default()));
+                self.kick();
+            }
+            Ok(_) => self.mark_lost("the store's new owner did not take it back".into()),
+            Err(e) if e.kind() == ErrorKind::Lost => self.mark_lost(e.message().to_owned()),
+            // Cut off: re-presented again on the next connection.
+            Err(_) => self.adopting.store(false, Ordering::Release),
+        }
     }
 
     /// Renews every third of the ttl; marks the lease lost at its deadline.
@@ -158,7 +230,7 @@ impl RemoteLease {
         }
         self.notify.notify_waiters();
         if let Some(c) = self.client.upgrade() {
-            c.leases.lock().remove(&self.id);
+            c.leases.lock().remove(&self.id());
         }
     }
 
@@ -188,7 +260,7 @@ pub(crate) struct RemoteLeaseHandle {
 
 impl RemoteLeaseHandle {
     pub(crate) fn id(&self) -> u64 {
-        self.lease.id
+        self.lease.id()
     }
     pub(crate) fn fence(&self) -> Option<Fence> {
         self.lease.fence
@@ -256,9 +328,9 @@ impl RemoteLeaseHandle {
             runtime::cancel(t);
         }
         let Some(c) = l.client.upgrade() else { return Box::pin(std::future::ready(Ok(()))) };
-        c.leases.lock().remove(&l.id);
-        let first = c.send_release(l.id, l.fence);
-        let (id, fence, key, deadline) = (l.id, l.fence, l.key.clone(), *l.deadline.lock());
+        c.leases.lock().remove(&l.id());
+        let first = c.send_release(l.id(), l.fence);
+        let (id, fence, key, deadline) = (l.id(), l.fence, l.key.clone(), *l.deadline.lock());
         Box::pin(async move { c.released(first, id, fence, key, deadline).await })
     }
 }

@@ -8,10 +8,10 @@
 //! sent plus the ttl, on a monotonic clock (LOCK-05). A client made
 //! by `open(dir)` takes the store over when its owner goes away (STORE-01).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 use tokio::sync::{Notify, oneshot};
@@ -21,6 +21,7 @@ use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::fence::Fence;
 use crate::base::key::Key;
 use crate::engine::locks::{Holder, Kind, Terms};
+use crate::engine::tickets::Held;
 use crate::runtime;
 use crate::net::socket::{self, Sink, WriteHalf};
 mod lease;
@@ -50,13 +51,15 @@ enum Answer {
     PublishThen(PublishOutcome),
     /// A renewal sent at this instant: handled where it is read, no task.
     Renewal(std::sync::Weak<RemoteLease>, Instant),
+    /// A lease re-presented to a new owner at this instant (STORE-01).
+    Adopt(Arc<RemoteLease>, Instant),
 }
 
 impl Answer {
     /// A caller waits for it (not a renewal): the connection spins for it
     /// ([`crate::net::spin::Expect`]).
     fn awaited(&self) -> bool {
-        !matches!(self, Answer::Renewal(..))
+        !matches!(self, Answer::Renewal(..) | Answer::Adopt(..))
     }
 
     fn is_publish(&self) -> bool {
@@ -78,6 +81,7 @@ impl Answer {
                     l.renewed(sent, v);
                 }
             }
+            Answer::Adopt(l, sent) => l.adopted(sent, v),
         }
     }
 
@@ -104,7 +108,10 @@ impl Drop for PublishOutcome {
 
 /// A publish whose answer will not come.
 pub(crate) fn publish_cut_off() -> Error {
-    Error::new(ErrorKind::Closed, "disconnected from the store before it answered: the message may or may not have been published")
+    Error::new(
+        ErrorKind::Unavailable,
+        "disconnected from the store before it answered: the message may have been delivered (a retry may deliver it twice)",
+    )
 }
 
 struct OwnerConnection {
@@ -155,6 +162,32 @@ pub(crate) trait TakenOver: Send + Sync {
     fn close(&self);
 }
 
+/// Publishes made while the connection is down, sent first, in order, on
+/// the next one: within the request timeout and the connection's 8 MiB of
+/// pending output, a reconnect is not an error the program must retry.
+#[derive(Default)]
+struct Offline {
+    queue: VecDeque<Queued>,
+    bytes: usize,
+    /// When the connection went down, and why: for `unavailable` errors.
+    down: Option<(Instant, SystemTime, String)>,
+}
+
+/// A publish waiting for the connection, failed with `unavailable` at `until`.
+struct Queued {
+    channel: String,
+    branch: Vec<Key>,
+    data: Box<serde_json::value::RawValue>,
+    answer: Answer,
+    until: Instant,
+}
+
+impl Queued {
+    fn bytes(&self) -> usize {
+        self.channel.len() + self.branch.iter().map(|k| k.to_string().len() + 4).sum::<usize>() + self.data.get().len() + 64
+    }
+}
+
 /// The connection to an owner, and everything that must survive a reconnect.
 pub(crate) struct Client {
     address: Address,
@@ -179,6 +212,8 @@ pub(crate) struct Client {
     request_timeout_ms: AtomicU64,
     /// The store this process came to own by taking over, if it did.
     owned: Mutex<Option<Box<dyn TakenOver>>>,
+    /// Publishes waiting for the connection; taken with it (see [`Offline`]).
+    offline: Mutex<Offline>,
 }
 
 impl Client {
@@ -209,6 +244,7 @@ impl Client {
             waiting: AtomicU64::new(0),
             request_timeout_ms: AtomicU64::new(crate::base::limits::REQUEST_TIMEOUT.as_millis() as u64),
             owned: Mutex::new(None),
+            offline: Mutex::new(Offline::default()),
         });
         let first = runtime::block_on(async {
             let deadline = Instant::now() + patience;
@@ -341,6 +377,7 @@ impl Client {
             if self.closed.load(Ordering::Acquire) {
                 return;
             }
+            let before = self.epoch();
             let (dialed, again) = match first.take() {
                 Some(d) => (Ok(d), false),
                 None => (self.dial().await, true),
@@ -348,24 +385,47 @@ impl Client {
             match dialed {
                 Ok((rd, conn, hello)) => {
                     backoff = Duration::from_millis(10);
-                    *self.conn.lock() = Some(conn.clone());
-                    self.connected.notify_waiters();
                     if again {
-                        self.after_connect(&conn, &hello);
+                        // Another owner: the leases still within their ttl
+                        // are re-presented first, before any new hold.
+                        if hello.epoch != before {
+                            self.represent_leases(&conn);
+                        }
+                        // Before anything new leaves: resubscriptions (so
+                        // they see the publishes made meanwhile), then those
+                        // publishes in order; only then is the connection
+                        // there for new calls.
+                        self.resubscribe_all(&conn);
+                        let mut off = self.offline.lock();
+                        self.flush_offline(&conn, &mut off);
+                        *self.conn.lock() = Some(conn.clone());
+                        drop(off);
+                        self.after_connect();
+                    } else {
+                        let _off = self.offline.lock();
+                        *self.conn.lock() = Some(conn.clone());
                     }
+                    self.connected.notify_waiters();
                     self.read_loop(rd, &conn).await;
-                    conn.alive.store(false, Ordering::Release);
-                    conn.sink.close();
-                    *self.conn.lock() = None;
+                    {
+                        let mut off = self.offline.lock();
+                        conn.alive.store(false, Ordering::Release);
+                        conn.sink.close();
+                        *self.conn.lock() = None;
+                        off.down.get_or_insert_with(|| (Instant::now(), SystemTime::now(), "the connection was cut".into()));
+                    }
                     let pending: Vec<_> = conn.pending.lock().drain().collect();
                     for (_, (a, _)) in pending {
                         let e = unanswered(&a);
                         a.give(Err(e));
                     }
                 }
-                Err(_) => {
+                Err(e) => {
                     if self.closed.load(Ordering::Acquire) {
                         return;
+                    }
+                    if let Some(d) = &mut self.offline.lock().down {
+                        d.2 = e.message().to_owned();
                     }
                     self.try_takeover();
                     tokio::time::sleep(backoff).await;
@@ -386,15 +446,93 @@ impl Client {
         }
     }
 
-    fn after_connect(self: &Arc<Self>, conn: &Arc<OwnerConnection>, hello: &HelloOk) {
-        // Resubscribe from where each subscription was.
-        let subs: Vec<_> = self.subs.lock().values().cloned().collect();
-        for s in subs {
-            let me = self.clone();
-            let conn = conn.clone();
-            let epoch = hello.epoch;
-            runtime::spawn(async move { me.resubscribe(&conn, &s, epoch).await });
+    /// Sends the publishes queued while disconnected, in order, on `conn`
+    /// (not yet visible to new calls); those past their time were failed.
+    fn flush_offline(&self, conn: &Arc<OwnerConnection>, off: &mut Offline) {
+        off.bytes = 0;
+        off.down = None;
+        for q in off.queue.drain(..) {
+            let mut r = Request::new(0, "publish");
+            r.channel = Some(q.channel);
+            r.branch = Some(q.branch);
+            r.data = Some(&q.data);
+            conn.publishing.fetch_add(1, Ordering::AcqRel);
+            if let Err((e, a)) = self.try_send(conn, &mut r, Some(q.answer), false) {
+                conn.publishing.fetch_sub(1, Ordering::AcqRel);
+                if let Some(a) = a {
+                    a.give(Err(e));
+                }
+            }
         }
+    }
+
+    /// Queues a publish while disconnected; gives it back with the
+    /// connection when one came meanwhile.
+    fn queue_offline(&self, q: Queued) -> Result<Option<(Arc<OwnerConnection>, Queued)>> {
+        let mut off = self.offline.lock();
+        match self.current() {
+            Ok(conn) => return Ok(Some((conn, q))),
+            Err(e) if !is_disconnected(&e) => {
+                q.answer.forget();
+                return Err(e);
+            }
+            Err(_) => {}
+        }
+        let n = q.bytes();
+        if off.bytes + n > crate::base::limits::CONNECTION_PENDING_BYTES {
+            q.answer.forget();
+            let why = format!("{} bytes of publishes already wait for the connection (at most 8 MiB): this one was not published", off.bytes);
+            return Err(self.unavailable_now(&off, &why));
+        }
+        off.bytes += n;
+        off.queue.push_back(q);
+        Ok(None)
+    }
+
+    /// Fails the queued publishes past their time with `unavailable`.
+    fn expire_offline(&self) {
+        let now = Instant::now();
+        let (gone, e) = {
+            let mut off = self.offline.lock();
+            if !off.queue.iter().any(|q| now >= q.until) {
+                return;
+            }
+            let (gone, kept): (VecDeque<Queued>, VecDeque<Queued>) = std::mem::take(&mut off.queue).into_iter().partition(|q| now >= q.until);
+            off.queue = kept;
+            off.bytes = off.queue.iter().map(Queued::bytes).sum();
+            (gone, self.unavailable_now(&off, "the message was not published"))
+        };
+        // Told outside the lock: a binding's function may publish again.
+        for q in gone {
+            q.answer.give(Err(e.clone()));
+        }
+    }
+
+    /// `unavailable`: the store could not be reached, since when, and `what` follows.
+    fn unavailable_now(&self, off: &Offline, what: &str) -> Error {
+        let (since, why) = match &off.down {
+            Some((at, wall, why)) => (
+                format!("for {} (since {} UTC)", crate::base::limits::format_duration(at.elapsed()), utc_time(*wall)),
+                why.clone(),
+            ),
+            None => ("now".into(), "the connection is down".into()),
+        };
+        Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "the store at {} could not be reached {since} ({why}); {what}; the client goes on reconnecting: retry later, or check that the store's owner runs",
+                self.address
+            ),
+        )
+    }
+
+    /// `unavailable` for a call that waited for the connection past its time.
+    fn unavailable(&self) -> Error {
+        let off = self.offline.lock();
+        self.unavailable_now(&off, "the call was not sent")
+    }
+
+    fn after_connect(self: &Arc<Self>) {
         // Renew every lease at once: a lease the store no longer has is lost.
         let leases: Vec<_> = self.leases.lock().values().cloned().collect();
         for l in leases {
@@ -402,23 +540,44 @@ impl Client {
         }
     }
 
-    async fn resubscribe(&self, conn: &Arc<OwnerConnection>, s: &Arc<RemoteSub>, epoch: u64) {
-        let resume = s.resume.lock().map(|(e, log, next)| WireResume { epoch: e, log, next });
-        let mut r = Request::new(0, "subscribe");
-        r.sub = Some(s.id);
-        r.channel = Some(s.channel.clone());
-        r.branch = Some(s.branch.clone());
-        r.recursive = Some(s.scope == Scope::Recursive);
-        r.resume = resume;
-        let _ = epoch;
-        match self.call_on(conn, r).await {
-            Ok(bytes) => {
-                if let Ok(ok) = serde_json::from_slice::<SubscribeOk>(&bytes) {
-                    s.set_log(ok.epoch, ok.log, ok.next);
-                }
+    /// Re-presents every lease still within its ttl to a new owner (STORE-01).
+    fn represent_leases(&self, conn: &Arc<OwnerConnection>) {
+        let leases: Vec<_> = self.leases.lock().values().cloned().collect();
+        for l in leases {
+            let hold = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let Some(mut r) = l.adopt_request(hold) else { continue };
+            l.adopting.store(true, Ordering::Release);
+            if let Err((_, a)) = self.try_send(conn, &mut r, Some(Answer::Adopt(l.clone(), Instant::now())), false) {
+                drop(a);
+                l.adopting.store(false, Ordering::Release);
             }
-            Err(e) if is_disconnected(&e) => {}
-            Err(_) => s.inbox.end(),
+        }
+    }
+
+    /// Resubscribes each subscription from where it was: the requests
+    /// leave now, their answers are awaited by tasks.
+    fn resubscribe_all(self: &Arc<Self>, conn: &Arc<OwnerConnection>) {
+        let subs: Vec<_> = self.subs.lock().values().cloned().collect();
+        for s in subs {
+            let resume = s.resume.lock().map(|(e, log, next)| WireResume { epoch: e, log, next });
+            let mut r = Request::new(0, "subscribe");
+            r.sub = Some(s.id);
+            r.channel = Some(s.channel.clone());
+            r.branch = Some(s.branch.clone());
+            r.recursive = Some(s.scope == Scope::Recursive);
+            r.resume = resume;
+            let Ok(Some(rx)) = self.send_on(conn, &mut r, true) else { continue };
+            runtime::spawn(async move {
+                match rx.await.unwrap_or_else(|_| Err(disconnected())) {
+                    Ok(bytes) => {
+                        if let Ok(ok) = serde_json::from_slice::<SubscribeOk>(&bytes) {
+                            s.set_log(ok.epoch, ok.log, ok.next);
+                        }
+                    }
+                    Err(e) if is_disconnected(&e) => {}
+                    Err(_) => s.inbox.end(),
+                }
+            });
         }
     }
 
@@ -527,9 +686,10 @@ impl Client {
         true
     }
 
-    /// Ok while connected now; else `closed` saying why.
-    pub(crate) fn check_connected(&self) -> Result<()> {
-        self.current().map(drop)
+    /// Ok once connected, waiting for a reconnect up to the request
+    /// timeout: `unavailable` past it, `closed` once closed.
+    pub(crate) fn wait_connected(&self) -> Result<()> {
+        runtime::block_on(self.connection(Instant::now() + self.request_timeout())).map(drop)
     }
 
     fn current(&self) -> Result<Arc<OwnerConnection>> {
@@ -539,14 +699,34 @@ impl Client {
         self.conn.lock().clone().filter(|c| c.alive.load(Ordering::Acquire)).ok_or_else(disconnected)
     }
 
-    /// Sends a request and waits for its answer's `ok` JSON.
+    /// Sends a request and waits for its answer's `ok` JSON. Made while
+    /// reconnecting, it first waits for the connection, up to the request
+    /// timeout, then fails with `unavailable`.
     pub(crate) async fn call(&self, r: Request<'_>) -> Result<Box<[u8]>> {
-        let conn = self.current()?;
+        let conn = self.connection(Instant::now() + self.request_timeout()).await?;
         self.call_on(&conn, r).await
     }
 
+    /// The connection, waited for up to `until` while reconnecting; past
+    /// it, `unavailable`.
+    async fn connection(&self, until: Instant) -> Result<Arc<OwnerConnection>> {
+        match self.current() {
+            Err(e) if is_disconnected(&e) => {
+                self.reconnected(until).await;
+                self.current().map_err(|e| if is_disconnected(&e) { self.unavailable() } else { e })
+            }
+            r => r,
+        }
+    }
+
     async fn call_on(&self, conn: &Arc<OwnerConnection>, mut r: Request<'_>) -> Result<Box<[u8]>> {
-        let mut rx = self.send_on(conn, &mut r, true)?.expect("an answer is awaited");
+        let rx = self.send_on(conn, &mut r, true)?.expect("an answer is awaited");
+        Self::answer(conn, rx).await
+    }
+
+    /// Waits for an answer, reading the socket meanwhile where this thread
+    /// is the one that may.
+    async fn answer(conn: &Arc<OwnerConnection>, mut rx: AnswerRx) -> Result<Box<[u8]>> {
         std::future::poll_fn(|cx| {
             let p = std::pin::Pin::new(&mut rx).poll(cx);
             if p.is_pending() {
@@ -571,17 +751,27 @@ impl Client {
     /// Sends; `answer` is given the store's answer when it comes.
     /// `later`: queued behind, written at the reader's next answer.
     fn send_with(&self, conn: &Arc<OwnerConnection>, r: &mut Request<'_>, answer: Option<Answer>, later: bool) -> Result<()> {
+        self.try_send(conn, r, answer, later).map_err(|(e, a)| {
+            if let Some(a) = a {
+                a.forget();
+            }
+            e
+        })
+    }
+
+    /// [`send_with`](Client::send_with), giving back the answer unsent.
+    fn try_send(&self, conn: &Arc<OwnerConnection>, r: &mut Request<'_>, answer: Option<Answer>, later: bool) -> std::result::Result<(), (Error, Option<Answer>)> {
         r.id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = wire::frame(&r);
         if frame.len() - 4 > wire::MAX_FRAME_BYTES {
-            if let Some(a) = answer {
-                a.forget();
-            }
-            return Err(Error::limit(format!(
-                "this request is {} bytes on the wire, over the limit of {}: a message is at most 1 MiB, and its branch keys must fit in the 64 KiB beside it; shorten the keys or the message",
-                frame.len() - 4,
-                wire::MAX_FRAME_BYTES
-            )));
+            return Err((
+                Error::limit(format!(
+                    "this request is {} bytes on the wire, over the limit of {}: a message is at most 1 MiB, and its branch keys must fit in the 64 KiB beside it; shorten the keys or the message",
+                    frame.len() - 4,
+                    wire::MAX_FRAME_BYTES
+                )),
+                answer,
+            ));
         }
         let awaited = answer.is_some();
         if let Some(shared) = conn.shared.as_ref().filter(|_| answer.as_ref().is_some_and(Answer::awaited)) {
@@ -595,14 +785,9 @@ impl Client {
         }
         let sent = if later { conn.sink.send_later(&frame, &conn.publishing) } else { conn.sink.send(&frame) };
         if !sent {
-            if awaited {
-                let unsent = conn.pending.lock().remove(&r.id);
-                if let Some((a, _)) = unsent {
-                    a.forget();
-                }
-            }
+            let unsent = if awaited { conn.pending.lock().remove(&r.id).map(|(a, _)| a) } else { None };
             // Closed by the program, not lost to a reconnect.
-            return Err(if self.closed.load(Ordering::Acquire) { Error::closed() } else { disconnected() });
+            return Err((if self.closed.load(Ordering::Acquire) { Error::closed() } else { disconnected() }, unsent));
         }
         Ok(())
     }
@@ -681,34 +866,121 @@ impl Client {
     /// Sends a publish now; the receiver gets the store's answer.
     pub(crate) fn publish_send(&self, channel: &str, branch: &[Key], data: &[u8]) -> Result<(AnswerRx, Option<Arc<dyn runtime::ReadWhileBlocked>>)> {
         let (tx, rx) = oneshot::channel();
-        let conn = self.send_publish(channel, branch, data, || Answer::Publish(tx))?;
-        Ok((rx, conn.blocked_reader()))
+        let conn = self.send_publish(channel, branch, data, Answer::Publish(tx))?;
+        Ok((rx, conn.and_then(|c| c.blocked_reader())))
     }
 
     /// Sends a publish now; `done` is called with the store's answer where
     /// it is read. On an error here `done` is dropped uncalled.
     pub(crate) fn publish_then(&self, channel: &str, branch: &[Key], data: &[u8], done: Box<dyn FnOnce(Result<()>) + Send>) -> Result<()> {
-        self.send_publish(channel, branch, data, || Answer::PublishThen(PublishOutcome(Some(done)))).map(drop)
+        self.send_publish(channel, branch, data, Answer::PublishThen(PublishOutcome(Some(done)))).map(drop)
     }
 
-    fn send_publish(&self, channel: &str, branch: &[Key], data: &[u8], answer: impl FnOnce() -> Answer) -> Result<Arc<OwnerConnection>> {
-        let raw = raw_json(data)?;
-        let mut r = Request::new(0, "publish");
-        r.channel = Some(channel.to_owned());
-        r.branch = Some(branch.to_vec());
-        r.data = Some(&raw);
-        let conn = self.current()?;
-        // Held back only where an engine thread reads the answers that let
-        // it go: a language's busy event loop would hold it for as long.
-        let later = conn.publishing.fetch_add(1, Ordering::AcqRel) >= COALESCE_AFTER && !conn.looped();
-        if let Err(e) = self.send_with(&conn, &mut r, Some(answer()), later) {
-            conn.publishing.fetch_sub(1, Ordering::AcqRel);
-            return Err(e);
+    /// Sends a publish now, or, while reconnecting, queues it to leave first
+    /// on the next connection (`None`): see [`Offline`].
+    fn send_publish(&self, channel: &str, branch: &[Key], data: &[u8], answer: Answer) -> Result<Option<Arc<OwnerConnection>>> {
+        let raw = match raw_json(data) {
+            Ok(r) => r,
+            Err(e) => {
+                answer.forget();
+                return Err(e);
+            }
+        };
+        let mut answer = Some(answer);
+        loop {
+            let conn = match self.current() {
+                Ok(conn) => conn,
+                Err(e) if is_disconnected(&e) => {
+                    let q = Queued {
+                        channel: channel.to_owned(),
+                        branch: branch.to_vec(),
+                        data: raw.clone(),
+                        answer: answer.take().expect("an answer until sent"),
+                        until: Instant::now() + self.request_timeout(),
+                    };
+                    match self.queue_offline(q)? {
+                        None => return Ok(None),
+                        Some((conn, q)) => {
+                            answer = Some(q.answer);
+                            conn
+                        }
+                    }
+                }
+                Err(e) => {
+                    if let Some(a) = answer.take() {
+                        a.forget();
+                    }
+                    return Err(e);
+                }
+            };
+            let mut r = Request::new(0, "publish");
+            r.channel = Some(channel.to_owned());
+            r.branch = Some(branch.to_vec());
+            r.data = Some(&raw);
+            // Held back only where an engine thread reads the answers that let
+            // it go: a language's busy event loop would hold it for as long.
+            let later = conn.publishing.fetch_add(1, Ordering::AcqRel) >= COALESCE_AFTER && !conn.looped();
+            match self.try_send(&conn, &mut r, answer.take(), later) {
+                Ok(()) => return Ok(Some(conn)),
+                Err((e, a)) => {
+                    conn.publishing.fetch_sub(1, Ordering::AcqRel);
+                    match a {
+                        // The connection went down just now: queue it.
+                        Some(a) if is_disconnected(&e) => answer = Some(a),
+                        a => {
+                            if let Some(a) = a {
+                                a.forget();
+                            }
+                            return Err(e);
+                        }
+                    }
+                }
+            }
         }
-        Ok(conn)
+    }
+
+    /// Takes a ticket for a transaction's messages to `channels`, before
+    /// its commit (CHAN-03): answered once the owner placed it in line.
+    pub(crate) async fn take_ticket(&self, channels: &[Arc<str>]) -> Result<u64> {
+        let mut r = Request::new(0, "ticket");
+        r.channels = Some(channels.iter().map(|c| c.to_string()).collect());
+        let ok = self.call(r).await?;
+        let t: wire::TicketOk = serde_json::from_slice(&ok).map_err(|e| Error::new(ErrorKind::Protocol, format!("a bad ticket answer: {e}")))?;
+        Ok(t.ticket)
+    }
+
+    /// Sends a transaction's messages under its ticket, then ends it
+    /// (`None`: gives it up), pipelined on the connection the ticket was
+    /// taken on; returns once every answer came.
+    pub(crate) async fn end_ticket(&self, ticket: u64, msgs: Option<Vec<Held>>) -> Result<()> {
+        let conn = self.current()?;
+        let deliver = msgs.is_some();
+        let mut answers = Vec::new();
+        for m in msgs.into_iter().flatten() {
+            let raw = raw_json(&m.data)?;
+            let mut r = Request::new(0, "publish");
+            r.channel = Some(m.channel.to_string());
+            r.branch = Some(m.branch);
+            r.data = Some(&raw);
+            r.ticket = Some(ticket);
+            answers.push(self.send_on(&conn, &mut r, true)?.expect("an answer is awaited"));
+        }
+        let mut r = Request::new(0, "ticket_end");
+        r.ticket = Some(ticket);
+        r.deliver = Some(deliver);
+        answers.push(self.send_on(&conn, &mut r, true)?.expect("an answer is awaited"));
+        let mut first = None;
+        for rx in answers {
+            if let Err(e) = Self::answer(&conn, rx).await {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     pub(crate) async fn subscribe(self: &Arc<Self>, channel: &str, branch: &[Key], scope: Scope) -> Result<Arc<RemoteSub>> {
+        // Registered once connected: a reconnect meanwhile would subscribe it twice.
+        let conn = self.connection(Instant::now() + self.request_timeout()).await?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let s = Arc::new(RemoteSub {
             id,
@@ -725,7 +997,7 @@ impl Client {
         r.channel = Some(channel.to_owned());
         r.branch = Some(branch.to_vec());
         r.recursive = Some(scope == Scope::Recursive);
-        match self.call(r).await {
+        match self.call_on(&conn, r).await {
             Ok(bytes) => {
                 if let Ok(ok) = serde_json::from_slice::<SubscribeOk>(&bytes) {
                     s.set_log(ok.epoch, ok.log, ok.next);
@@ -763,7 +1035,8 @@ impl Client {
         let ttl = terms.ttl.unwrap_or(crate::base::limits::DEFAULT_TTL);
         let hold = self.next_id.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
-        let until = started + wait.unwrap_or(Duration::ZERO) + Duration::from_secs(5);
+        // The connection is waited for as long as the wait, at least the request timeout.
+        let until = started + wait.unwrap_or(Duration::ZERO).max(self.request_timeout());
         let wait_ms = wait.map_or(0, |w| w.as_millis().max(1) as u64);
         loop {
             let mut r = Request::new(0, "acquire");
@@ -780,7 +1053,10 @@ impl Client {
             // Dropped before the answer (a cancelled task): tell the store to
             // take this hold out of line, or let go of what it granted.
             let mut cancel = CancelHold { client: self, hold, armed: true };
-            let answer = self.call(r).await;
+            let answer = match self.connection(until).await {
+                Ok(conn) => self.call_on(&conn, r).await,
+                Err(e) => Err(e),
+            };
             // Unanswered in time: the store may grant it later; let it go then.
             cancel.armed = matches!(&answer, Err(e) if e.kind() == ErrorKind::Timeout);
             match answer {
@@ -790,7 +1066,7 @@ impl Client {
                     // The lease's clock started at the grant: no earlier than
                     // the request was sent plus the time it waited there.
                     let granted = sent + Duration::from_millis(ok.waited_ms);
-                    let lease = RemoteLease::new(self, id, ok.fence, key.clone(), ttl, granted, terms.max_hold);
+                    let lease = RemoteLease::new(self, id, ok.fence, key.clone(), (lock.to_owned(), kind.wire_limit(), holder.0), ttl, granted, terms.max_hold);
                     self.leases.lock().insert(id, lease.clone());
                     lease.start();
                     let handle = RemoteLeaseHandle { lease };
@@ -809,7 +1085,7 @@ impl Client {
                     }
                     return Ok(Some(handle));
                 }
-                Err(e) if is_disconnected(&e) && self.reconnected(until).await => continue,
+                Err(e) if is_disconnected(&e) => continue,
                 Err(e) => return Err(e),
             }
         }
@@ -826,8 +1102,12 @@ impl Client {
             let mut r = Request::new(0, "declare");
             r.lock = Some(lock.to_owned());
             r.limit = Some(kind.wire_limit());
-            match self.call(r).await {
-                Err(e) if is_disconnected(&e) && self.reconnected(until).await => continue,
+            let answer = match self.connection(until).await {
+                Ok(conn) => self.call_on(&conn, r).await,
+                Err(e) => Err(e),
+            };
+            match answer {
+                Err(e) if is_disconnected(&e) => continue,
                 r => return r.map(|_| ()),
             }
         }
@@ -879,9 +1159,13 @@ impl Client {
             c.sink.close();
             let pending: Vec<_> = c.pending.lock().drain().collect();
             for (_, (a, _)) in pending {
-                let e = cut_off(&a, "the store was closed before the owner answered this call", "open it again to go on");
+                let e = cut_off(&a, ErrorKind::Closed, "the store was closed before the owner answered this call", "open it again to go on");
                 a.give(Err(e));
             }
+        }
+        let queued = std::mem::take(&mut self.offline.lock().queue);
+        for q in queued {
+            q.answer.give(Err(Error::new(ErrorKind::Closed, "the store was closed while this publish waited for the connection: it was not published; open the store again to go on")));
         }
         self.connected.notify_waiters();
         for s in std::mem::take(&mut *self.subs.lock()).into_values() {
@@ -949,6 +1233,7 @@ async fn pinger(c: std::sync::Weak<Client>) {
             shared.check_loop();
         }
         c.expire_requests();
+        c.expire_offline();
         if c.waiting.load(Ordering::Acquire) > 0
             && let Ok(conn) = c.current()
         {
@@ -962,22 +1247,31 @@ fn raw_json(data: &[u8]) -> Result<Box<serde_json::value::RawValue>> {
     serde_json::value::RawValue::from_string(s.to_owned()).map_err(|e| Error::invalid(format!("a message is one JSON value: {e}")))
 }
 
+/// Not sent: the connection is down (callers wait for it, see [`Client::connection`]).
 fn disconnected() -> Error {
-    Error::new(ErrorKind::Closed, "disconnected from the store: the client is reconnecting; retry")
+    Error::new(ErrorKind::Unavailable, "disconnected from the store: the client is reconnecting")
 }
 
 /// For a request sent and not answered when the connection dropped.
 fn unanswered(a: &Answer) -> Error {
-    cut_off(a, "disconnected from the store before it answered", "the client is reconnecting")
+    cut_off(a, ErrorKind::Unavailable, "disconnected from the store before it answered", "the client is reconnecting")
 }
 
 /// `why` the answer to `a` will not come, and what `then`.
-fn cut_off(a: &Answer, why: &str, then: &str) -> Error {
-    let what = if a.is_publish() { " (the publish may have been delivered)" } else { "" };
-    Error::new(ErrorKind::Closed, format!("{why}: it may have taken effect{what}; {then}"))
+fn cut_off(a: &Answer, kind: ErrorKind, why: &str, then: &str) -> Error {
+    let what = if a.is_publish() { " (the publish may have been delivered: a retry may deliver it twice)" } else { "" };
+    Error::new(kind, format!("{why}: it may have taken effect{what}; {then}"))
 }
 
+/// Not sent, or sent and cut off: a call that may be sent again.
 fn is_disconnected(e: &Error) -> bool {
-    e.kind() == ErrorKind::Closed && e.message().starts_with("disconnected")
+    e.kind() == ErrorKind::Unavailable && e.message().starts_with("disconnected")
+}
+
+/// A wall-clock time as `HH:MM:SS.mmm` (UTC), for saying since when.
+fn utc_time(t: SystemTime) -> String {
+    let ms = t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let s = ms / 1000;
+    format!("{:02}:{:02}:{:02}.{:03}", (s / 3600) % 24, (s / 60) % 60, s % 60, ms % 1000)
 }
 

@@ -1,0 +1,94 @@
+package channels_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"tinystore.dev/tinystore"
+	"tinystore.dev/tinystore/channels"
+	"tinystore.dev/tinystore/internal/testkit"
+	"tinystore.dev/tinystore/locks"
+)
+
+// STORE-02, CHAN-04: the owner is killed and started again while a loop of
+// 1,000 publishes runs: every publish succeeds (they wait for the
+// connection), and a subscriber hears reconnect and then all 1,000 in order.
+func TestStore02PublishesDuringAnOwnerRestartAllSucceedInOrder(t *testing.T) {
+	dir := testkit.Dir(t)
+	first := testkit.StartOwner(t, dir)
+	store, err := tinystore.Connect(bg, "unix:"+filepath.Join(dir, "tinystore.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	events := open[event](t, store, "chat-events")
+	got := watch(t, events.Under(4))
+	first.Signal(t, syscall.SIGKILL)
+	failed := make(chan []error, 1)
+	go func() {
+		var errs []error
+		for i := 0; i < 1000; i++ {
+			if err := events.Under(4).Publish(bg, event{N: i}); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		failed <- errs
+	}()
+	time.Sleep(300 * time.Millisecond)
+	testkit.StartOwner(t, dir)
+	if errs := testkit.Receive(t, failed, 30*time.Second, "the publishes"); len(errs) > 0 {
+		t.Fatalf("%d of 1000 publishes failed, the first: %v", len(errs), errs[0])
+	}
+	if s := testkit.Receive(t, got, 10*time.Second, "word of the restart"); s.missed == nil || *s.missed != (channels.Missed{Known: false, Reason: channels.Reconnect}) {
+		t.Fatalf("first after the restart: %+v, want onMissed(reconnect, count unknown)", s)
+	}
+	for want := 0; want < 1000; want++ {
+		if s := testkit.Receive(t, got, 10*time.Second, "a message"); s.missed != nil || s.n != want {
+			t.Fatalf("got %+v, want message %d in order", s, want)
+		}
+	}
+}
+
+// STORE-02: a store that stays out of reach fails calls with
+// ErrUnavailable, saying since when, within the request timeout; ErrClosed
+// only once this program closed the store.
+func TestStore02AnUnreachableStoreFailsWithUnavailableWithinTheTimeout(t *testing.T) {
+	dir := testkit.Dir(t)
+	first := testkit.StartOwner(t, dir)
+	store, err := tinystore.Connect(bg, "unix:"+filepath.Join(dir, "tinystore.sock"), tinystore.RequestTimeout(600*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := open[event](t, store, "c")
+	lock, err := locks.OpenLock(store, "l", locks.Wait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.Under(1).Publish(bg, event{N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	first.Signal(t, syscall.SIGKILL)
+	start := time.Now()
+	err = events.Under(1).Publish(bg, event{N: 2})
+	took := time.Since(start)
+	if !errors.Is(err, tinystore.ErrUnavailable) || !strings.Contains(err.Error(), "could not be reached") || !strings.Contains(err.Error(), "since") {
+		t.Fatalf("publish with no store: %v, want ErrUnavailable saying since when", err)
+	}
+	if took < 500*time.Millisecond || took > 2*time.Second {
+		t.Fatalf("failed after %v, want about the request timeout", took)
+	}
+	start = time.Now()
+	err = lock.Hold(bg, "k", func(context.Context, *locks.Lease) error { return nil })
+	if !errors.Is(err, tinystore.ErrUnavailable) || time.Since(start) > 2*time.Second {
+		t.Fatalf("hold with no store: %v after %v, want ErrUnavailable within the timeout", err, time.Since(start))
+	}
+	store.Close()
+	if err := events.Under(1).Publish(bg, event{N: 3}); !errors.Is(err, tinystore.ErrClosed) {
+		t.Fatalf("publish after close: %v, want ErrClosed", err)
+	}
+}
