@@ -78,6 +78,51 @@ impl Default for LockOptions {
     }
 }
 
+// Here, next to the builders it makes, so the store module does not
+// import this one (no import circle: core/tests/layers.rs).
+impl Store {
+    /// A lock: one holder of a key at a time, with fences.
+    pub fn lock(&self, name: &str) -> LockBuilder {
+        LockBuilder::new(self.clone(), name)
+    }
+
+    /// A semaphore: up to `limit` holders of a key at a time.
+    pub fn semaphore(&self, name: &str) -> SemaphoreBuilder {
+        SemaphoreBuilder::new(self.clone(), name)
+    }
+
+    /// The engine's handle to the lock or semaphore `name` (the bindings'
+    /// boundary). Over a connection this asks the owner (one round trip), so
+    /// another limit is refused here too. Errors: `invalid`, `conflict`
+    /// (another kind or limit), `closed`.
+    pub fn lock_raw(&self, name: &str, kind: Kind) -> Result<RawLock> {
+        runtime::block_on(self.lock_raw_async(name, kind))
+    }
+
+    /// As [`lock_raw`](Self::lock_raw), without blocking the calling thread:
+    /// for event loops, over a connection.
+    pub async fn lock_raw_async(&self, name: &str, kind: Kind) -> Result<RawLock> {
+        self.check_open()?;
+        check_kind(name, kind)?;
+        let inner = self.backend().lock(name, kind).await?;
+        Ok(RawLock::new(inner, self.clone()))
+    }
+}
+
+/// Checks a lock's or semaphore's name, and a semaphore's limit (1 or more).
+fn check_kind(name: &str, kind: Kind) -> Result<()> {
+    match kind {
+        Kind::Lock => check_name("lock", name),
+        Kind::Semaphore { limit } => {
+            check_name("semaphore", name)?;
+            if limit == 0 {
+                return Err(Error::invalid("a semaphore's limit is 1 or more, like 3"));
+            }
+            Ok(())
+        }
+    }
+}
+
 /// Builds a [`Lock`]: `store.lock("summaries").ttl(..).max_hold(..).wait(..).open()?`.
 #[must_use = "call .open() to get the lock"]
 pub struct LockBuilder {
@@ -602,7 +647,7 @@ impl RawLock {
     /// the engine every third of it (LOCK-05).
     pub async fn acquire(&self, key: Key, holder: Holder, terms: Terms, wait: Duration) -> Result<RawLease> {
         key.check()?;
-        self.inner.acquire(key, holder, terms, wait).await
+        self.inner.acquire(key, holder, terms, wait).await.map(RawLease::new)
     }
     /// Takes `key` at once if it is free and nobody waits for it; `None` when
     /// the caller must wait in line through [`acquire`](Self::acquire). A
@@ -611,11 +656,11 @@ impl RawLock {
     /// waits for the key, `invalid`, `closed`.
     pub fn acquire_now(&self, key: &Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
         key.check()?;
-        self.inner.acquire_now(key, holder, terms)
+        Ok(self.inner.acquire_now(key, holder, terms)?.map(RawLease::new))
     }
     /// Takes `key` if it is free now; `None` otherwise. Never waits.
     pub async fn try_acquire(&self, key: Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
         key.check()?;
-        self.inner.try_acquire(key, holder, terms).await
+        Ok(self.inner.try_acquire(key, holder, terms).await?.map(RawLease::new))
     }
 }

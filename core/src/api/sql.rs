@@ -172,6 +172,15 @@ pub struct Rows {
     pub rows: Vec<Vec<SqlValue>>,
 }
 
+// Here, next to the builder it makes, so the store module does not
+// import this one (no import circle: core/tests/layers.rs).
+impl Store {
+    /// A SQL database of the store: the file `<dir>/<name>.db`.
+    pub fn database(&self, name: &str) -> DatabaseBuilder {
+        DatabaseBuilder::new(self.clone(), name)
+    }
+}
+
 /// Builds a [`Database`]: `store.database("chat").migrations("migrations").open()?`.
 #[must_use = "call .open() to get the database"]
 pub struct DatabaseBuilder {
