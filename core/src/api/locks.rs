@@ -12,7 +12,7 @@ use crate::engine::locks::{Holder, Kind, Terms};
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::fence::Fence;
 use crate::base::key::Key;
-use crate::base::limits::{DEFAULT_TTL, DEFAULT_WAIT, check_name, check_positive, check_ttl};
+use crate::base::limits::{DEFAULT_TTL, DEFAULT_WAIT, check_name, check_positive, check_ttl, semaphore_limit};
 use crate::runtime;
 use crate::api::store::Store;
 
@@ -115,10 +115,7 @@ fn check_kind(name: &str, kind: Kind) -> Result<()> {
         Kind::Lock => check_name("lock", name),
         Kind::Semaphore { limit } => {
             check_name("semaphore", name)?;
-            if limit == 0 {
-                return Err(Error::invalid("a semaphore's limit is 1 or more, like 3"));
-            }
-            Ok(())
+            semaphore_limit(f64::from(limit), limit).map(drop)
         }
     }
 }
@@ -327,10 +324,7 @@ impl SemaphoreBuilder {
     /// Checks and gives the semaphore. Errors: `invalid` (as for locks, or a
     /// limit of 0), `conflict` (another limit, or the name is a lock), `closed`.
     pub fn open(self) -> Result<Semaphore> {
-        check_name("semaphore", &self.name)?;
-        if self.limit == 0 {
-            return Err(Error::invalid("a semaphore's limit is 1 or more, like 3"));
-        }
+        check_kind(&self.name, Kind::Semaphore { limit: self.limit })?;
         let s = self.s.check()?;
         let raw = self.store.lock_raw(&self.name, Kind::Semaphore { limit: self.limit })?;
         Ok(Semaphore { raw, s })
@@ -539,20 +533,12 @@ pub struct LockHandle {
 }
 
 impl LockHandle {
-    /// Checks `name`, `kind` (a semaphore's limit is 1 or more), `opts` and
+    /// Checks `name`, `kind` (a semaphore's limit: 1 or more), `opts` and
     /// that `store` is open, then declares (owned) or starts declaring
     /// (connected). Errors: `invalid`, `conflict` (owned: another kind or
     /// limit), `closed`.
     pub fn new(store: &Store, name: &str, kind: Kind, opts: LockOptions) -> Result<LockHandle> {
-        match kind {
-            Kind::Lock => check_name("lock", name)?,
-            Kind::Semaphore { limit } => {
-                check_name("semaphore", name)?;
-                if limit == 0 {
-                    return Err(Error::invalid("a semaphore's limit is 1 or more, like 3"));
-                }
-            }
-        }
+        check_kind(name, kind)?;
         let opts = opts.check()?;
         store.check_open()?;
         let mut h = LockHandle {
