@@ -5,11 +5,27 @@
 //!                                   write with the fence check; exit 4 if lost
 //! worker wait <dir> <ttl_ms> <key>  wait for key (30 s), print "ran" if it runs
 //! worker listen <dir> <channel>     print each event of branch 1 as a line
+//! worker tx <dir> <n> [stall_at]    n transactions each inserting a row of
+//!                                   `tx` in order.db and publishing its rowid
+//!                                   (and the time) to order/all; with
+//!                                   stall_at, the stall_at-th stops for good
+//!                                   between its commit and its publish,
+//!                                   printing "stalled <rowid>" (CHAN-03)
 
 use std::io::Write;
 use std::time::Duration;
 
 use tinystore::{Delivery, Store, sql};
+
+static ROW: std::sync::Mutex<i64> = std::sync::Mutex::new(0);
+
+/// Between a commit and its publish: say so, then never go on.
+fn stall() {
+    println!("stalled {}", ROW.lock().unwrap());
+    loop {
+        std::thread::sleep(Duration::from_secs(60));
+    }
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -79,6 +95,25 @@ fn main() {
                     Delivery::Missed(m) => writeln!(out.lock(), "missed {:?} {}", m.count, m.reason.as_str()).unwrap(),
                 }
             }
+        }
+        "tx" => {
+            let n: u64 = args[3].parse().unwrap();
+            let stall_at: u64 = args.get(4).map_or(0, |a| a.parse().unwrap());
+            let db = store.database("order").open().unwrap();
+            let events = store.channel::<serde_json::Value>("order").open().unwrap();
+            for i in 1..=n {
+                if i == stall_at {
+                    tinystore::sql::after_commit_hook(stall);
+                }
+                db.tx(|tx| -> tinystore::Result<()> {
+                    let r = tx.exec("insert into tx (at) values (0)")?;
+                    *ROW.lock().unwrap() = r.last_insert_rowid;
+                    let at_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64;
+                    tx.with(&events).under("all").publish(&serde_json::json!({"row": r.last_insert_rowid, "at_us": at_us}))
+                })
+                .unwrap();
+            }
+            writeln!(out.lock(), "done").unwrap();
         }
         other => panic!("unknown mode {other}"),
     }

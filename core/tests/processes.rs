@@ -214,7 +214,7 @@ fn recv(s: &mut UnixStream) -> Option<serde_json::Value> {
     serde_json::from_slice(&body).ok()
 }
 
-const HELLO: &str = r#"{"id":0,"op":"hello","version":2,"client":"test","session":"s1"}"#;
+const HELLO: &str = r#"{"id":0,"op":"hello","version":3,"client":"test","session":"s1"}"#;
 
 /// WIRE-01: malformed, truncated, oversized and unknown frames, bad names,
 /// negative ttls and wrong types get a clear error or close only their own

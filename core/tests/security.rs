@@ -375,7 +375,7 @@ fn wire_01_fuzzed_frames_never_hurt_other_clients() {
     for round in 0..300 {
         let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
         s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
-        let hello = br#"{"id":0,"op":"hello","version":2,"client":"fuzz","session":"f"}"#;
+        let hello = br#"{"id":0,"op":"hello","version":3,"client":"fuzz","session":"f"}"#;
         if rng.below(4) > 0 {
             s.write_all(&(hello.len() as u32).to_be_bytes()).unwrap();
             s.write_all(hello).unwrap();

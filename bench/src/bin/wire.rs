@@ -146,6 +146,27 @@ fn ours_contended(address: &str) -> f64 {
     (per * 4) as f64 / t.elapsed().as_secs_f64()
 }
 
+/// Transactions of a connected process, one at a time: each inserts a row
+/// and, with `publish`, publishes its rowid (CHAN-03: a ticket then).
+fn ours_tx(store: &Store, publish: bool) -> f64 {
+    let db = store.database("bench").open().unwrap();
+    db.exec("create table if not exists t (id integer primary key, v integer)").unwrap();
+    let events = store.channel::<i64>("bench-tx").open().unwrap();
+    let n = 3_000;
+    let t = Instant::now();
+    for _ in 0..n {
+        db.tx(|tx| -> tinystore::Result<()> {
+            let r = tx.exec("insert into t (v) values (1)")?;
+            if publish {
+                tx.with(&events).under(1).publish(&r.last_insert_rowid)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+    n as f64 / t.elapsed().as_secs_f64()
+}
+
 fn redis_client(url: &str) -> redis::Connection {
     redis::Client::open(url).unwrap().get_connection().unwrap()
 }
@@ -291,6 +312,12 @@ fn main() {
     row("publish→deliver, 64 in flight", "publish-64", &|| ours_pipelined(&store), &|| redis_pipelined(&url), false);
     row("hold+release, sequential", "hold", &|| ours_hold_release(&store), &|| redis_hold_release(&url), true);
     row("hold+release, 4 clients on one key (handoffs)", "contended", &|| ours_contended(&address), &|| redis_contended(&url), false);
+    // No peer: SQLite transactions of this (connected) process, one at a time.
+    if only.as_deref().is_none_or(|o| o == "tx") {
+        println!("\n| SQL transaction, connected, one at a time | tinystore |\n|---|---:|");
+        println!("| insert, no publish | {:.0}/s |", best(|| ours_tx(&store, false)));
+        println!("| insert + publish (CHAN-03) | {:.0}/s |", best(|| ours_tx(&store, true)));
+    }
 }
 
 fn redis_version() -> String {

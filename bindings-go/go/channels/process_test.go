@@ -11,7 +11,7 @@ import (
 	"tinystore.dev/tinystore/internal/testkit"
 )
 
-func TestMain(m *testing.M) { testkit.Main(m, nil) }
+func TestMain(m *testing.M) { testkit.Main(m, map[string]func() int{"txwriter": txWriter}) }
 
 // CHAN-04: the owner of the store dies and another takes its place; the
 // connected subscriber subscribes again by itself, is told it missed an

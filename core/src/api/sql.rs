@@ -20,10 +20,21 @@ pub use rusqlite::types::Value as SqlValue;
 
 use crate::api::channels::{Branch, Channel};
 use crate::engine::channels::check_message;
+use crate::engine::tickets::Held;
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::key::Key;
 use crate::base::limits::{check_name, check_positive};
 use crate::api::store::Store;
+
+/// For tests of CHAN-03 across processes: a function every commit of this
+/// process calls between its commit and its publishes (a child that stops
+/// there stands for a process killed or frozen at the worst moment).
+static AFTER_COMMIT: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+#[doc(hidden)]
+pub fn after_commit_hook(f: fn()) {
+    let _ = AFTER_COMMIT.set(f);
+}
 
 /// The default busy timeout: how long a writer waits for another one.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -398,17 +409,11 @@ impl Drop for Writer {
     }
 }
 
-struct Pending {
-    channel: Arc<str>,
-    branch: Vec<Key>,
-    data: Box<[u8]>,
-}
-
 /// A transaction in progress: see [`Database::tx`] and [`Database::begin`].
 /// Dropping it without `commit` rolls it back.
 pub struct Tx {
     w: Option<Writer>,
-    pending: Mutex<Vec<Pending>>,
+    pending: Mutex<Vec<Held>>,
 }
 
 impl Tx {
@@ -452,56 +457,69 @@ impl Tx {
         check_name("channel", channel)?;
         branch.iter().try_for_each(Key::check)?;
         check_message(&data)?;
-        self.pending.lock().push(Pending { channel: Arc::from(channel), branch: branch.to_vec(), data });
+        self.pending.lock().push(Held { channel: Arc::from(channel), branch: branch.to_vec(), data });
         Ok(())
     }
 
-    /// Commits, then delivers what was published in it, in order. Errors:
-    /// `sql` or `busy` when the commit failed (then nothing is delivered);
-    /// `closed` when it published and the store is closed or, connected,
-    /// its owner is out of reach (then it is rolled back); `closed` saying
-    /// the rows stand when the owner went away while its messages left.
+    /// Commits, then delivers what was published in it, in order, and
+    /// after the messages of every transaction of any process that
+    /// committed before it (CHAN-03: a ticket from the store, taken while
+    /// this transaction still holds the write lock, keeps its place).
+    /// Errors: `sql` or `busy` when the commit failed (then nothing is
+    /// delivered); `closed` (or the kind of what failed: `timeout`) when it
+    /// published and the store is closed or, connected, its owner is out of
+    /// reach or its ticket was not answered (then it is rolled back);
+    /// `closed` or `timeout` saying the rows stand when its messages could
+    /// not follow the commit (the owner went away, or they came later than
+    /// `limits::TX_ORDER_BOUND` after the ticket).
     pub fn commit(mut self) -> Result<()> {
         let w = self.w.take().expect("a transaction has its writer until it ends");
+        let pending = std::mem::take(&mut *self.pending.lock());
+        if pending.is_empty() {
+            if let Err(e) = w.conn().execute_batch("commit") {
+                let _ = w.conn().execute_batch("rollback");
+                return Err(e.into());
+            }
+            return Ok(());
+        }
+        let store = w.db.store.clone();
         // A closed store (or one whose owner is out of reach) could not
         // deliver what the transaction published: roll back rather than
         // commit rows whose news would be lost (CHAN-03).
-        if !self.pending.lock().is_empty()
-            && let Err(e) = w.db.store.check_can_publish()
-        {
-            let _ = w.conn().execute_batch("rollback");
-            return Err(Error::new(
-                ErrorKind::Closed,
-                format!("{}; the transaction was rolled back, since its messages could not be delivered", e.message()),
-            ));
-        }
+        let ticket = match store.check_can_publish().and_then(|_| store.take_ticket(pending.iter().map(|p| p.channel.clone()).collect())) {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = w.conn().execute_batch("rollback");
+                return Err(Error::new(
+                    e.kind(),
+                    format!("{}; the transaction was rolled back, since its messages could not be delivered", e.message()),
+                ));
+            }
+        };
         if let Err(e) = w.conn().execute_batch("commit") {
             let _ = w.conn().execute_batch("rollback");
+            let _ = store.end_ticket(ticket, None);
             return Err(e.into());
         }
-        // Still holding the writer: per-branch order is commit order.
-        let pending = std::mem::take(&mut *self.pending.lock());
-        let (all, mut lost, mut first) = (pending.len(), 0, None);
-        for p in pending {
-            // Checked when published; what fails now is the way to the
-            // owner (it went away since the check above).
-            if let Err(e) = w.db.store.publish_now(&p.channel, &p.branch, p.data) {
-                lost += 1;
-                first.get_or_insert(e);
-            }
+        if let Some(f) = AFTER_COMMIT.get() {
+            f();
         }
-        match first {
-            None => Ok(()),
+        // The ticket keeps the order from here: the next writer may begin.
+        drop(w);
+        let all = pending.len();
+        // Checked when published; what fails now is the way to the owner
+        // (it went away since the ticket) or the bound.
+        store.end_ticket(ticket, Some(pending)).map_err(|e| {
             // The rows stand: said plainly, so that nobody retries the
             // whole transaction and writes them twice.
-            Some(e) => Err(Error::new(
+            Error::new(
                 e.kind(),
                 format!(
-                    "the transaction was committed, but {lost} of its {all} messages may not have been delivered ({}): its rows stand; do not run it again, tell readers another way",
+                    "the transaction was committed, but its {all} messages may not have been delivered ({}): its rows stand; do not run it again, tell readers another way",
                     e.message()
                 ),
-            )),
-        }
+            )
+        })
     }
 
     /// Rolls back: nothing written or published in it remains.

@@ -388,12 +388,19 @@ impl Store {
         &*self.inner.backend
     }
 
-    /// Publishes at once (a transaction's messages at its commit).
-    pub(crate) fn publish_now(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
+    /// A ticket for a transaction that published to `channels` (checked),
+    /// taken before its commit (CHAN-03). Errors: `closed`.
+    pub(crate) fn take_ticket(&self, channels: Vec<Arc<str>>) -> Result<u64> {
         self.check_open()?;
-        check_name("channel", channel)?;
-        branch.iter().try_for_each(Key::check)?;
-        self.inner.backend.publish_now(channel, branch, data)
+        self.inner.backend.take_ticket(channels)
+    }
+
+    /// Ends a ticket: delivers `msgs` (checked) after the earlier tickets',
+    /// or gives it up (`None`). Errors: `timeout` (past the bound: dropped),
+    /// `closed`.
+    pub(crate) fn end_ticket(&self, ticket: u64, msgs: Option<Vec<crate::engine::tickets::Held>>) -> Result<()> {
+        self.check_open()?;
+        self.inner.backend.end_ticket(ticket, msgs)
     }
 
     /// Subscribes to a branch and gives a subscription to pull from (the

@@ -28,6 +28,11 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default `wait` of `hold`: 10 seconds.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+/// How long a transaction's messages may keep the later transactions' of
+/// the same channel waiting (CHAN-03): from the moment its ticket was taken,
+/// before its commit, to the moment the store has its messages. Past it the
+/// ticket is given up: the messages behind go on, its own are refused.
+pub const TX_ORDER_BOUND: Duration = Duration::from_secs(2);
 /// The shortest ttl: 1 second.
 pub const MIN_TTL: Duration = Duration::from_secs(1);
 /// The longest ttl: 1 hour.

@@ -4,6 +4,7 @@
 
 pub(crate) mod channels;
 pub(crate) mod locks;
+pub(crate) mod tickets;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use parking_lot::Mutex;
 
 use self::channels::{BranchStatus, Channels, LocalSubscription, Resume, Scope};
 use self::locks::{KeyStatus, Kind, Locks, Table};
+use self::tickets::{Held, Tickets};
 use crate::base::error::{Error, Result};
 use crate::base::key::Key;
 use crate::base::limits::check_name;
@@ -25,6 +27,7 @@ pub(crate) struct Engine {
     epoch: u64,
     opened: Instant,
     channels: Arc<Channels>,
+    tickets: Arc<Tickets>,
     locks: Locks,
     closed: AtomicBool,
     sweeper: Mutex<Option<tokio::task::AbortHandle>>,
@@ -55,10 +58,12 @@ impl Engine {
     /// An engine whose fences start from `epoch`; forgets idle branches
     /// every 30 s on the runtime.
     pub(crate) fn start(epoch: u64) -> Arc<Engine> {
+        let channels = Arc::new(Channels::new());
         let engine = Arc::new(Engine {
             epoch,
             opened: Instant::now(),
-            channels: Arc::new(Channels::new()),
+            tickets: Tickets::new(channels.clone()),
+            channels,
             locks: Locks::new(epoch),
             closed: AtomicBool::new(false),
             sweeper: Mutex::new(None),
@@ -86,10 +91,28 @@ impl Engine {
         if self.closed.load(Ordering::Acquire) { Err(Error::closed()) } else { Ok(()) }
     }
 
-    /// Publishes JSON bytes to a branch, names and keys already checked.
+    /// Publishes JSON bytes to a branch, names and keys already checked:
+    /// at once, or behind the transactions' tickets open for its channel.
     /// Never waits for a subscriber. Errors with `limit` past 1 MiB.
     pub(crate) fn publish_checked(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
-        self.channels.publish(channel, branch, data).map(|_| ())
+        self.tickets.publish(channel, branch, data)
+    }
+
+    /// A ticket for a transaction about to commit that published to
+    /// `channels` (names checked): its messages will go out after those of
+    /// every ticket taken before, in commit order (CHAN-03). Errors: `closed`.
+    pub(crate) fn take_ticket(&self, channels: Vec<Arc<str>>) -> Result<u64> {
+        self.check_open()?;
+        Ok(self.tickets.take(channels))
+    }
+
+    /// Ends a ticket: `Some` delivers its messages (checked) in their turn,
+    /// `None` gives it up (a rollback, a failed commit). Errors: `timeout`
+    /// (given up at the bound: the messages are dropped), `invalid`, `closed`.
+    pub(crate) fn end_ticket(&self, ticket: u64, msgs: Option<Vec<Held>>) -> Result<()> {
+        let r = self.tickets.end(ticket, msgs);
+        self.check_open()?;
+        r
     }
 
     /// Publishes JSON bytes to a branch. Errors: `invalid` (name or key out

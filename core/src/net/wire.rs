@@ -15,7 +15,13 @@ use crate::base::key::Key;
 use crate::base::limits::MAX_MESSAGE_BYTES;
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// Version 3 adds transactions' tickets (`ticket`, `publish` with
+/// `ticket`, `ticket_end`); an owner still serves version 2 clients, which
+/// never take one.
+pub const PROTOCOL_VERSION: u32 = 3;
+
+/// The oldest client version an owner of this build serves.
+pub const OLDEST_CLIENT_VERSION: u32 = 2;
 
 /// The largest frame either side accepts: a largest message plus room for
 /// its envelope. A larger one closes the connection that sent it.
@@ -93,6 +99,16 @@ pub struct Request<'a> {
     /// renew, release: the lease's fence, checked against the lease.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<Fence>,
+    /// ticket: the channels a transaction published to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channels: Option<Vec<String>>,
+    /// publish, ticket_end: the ticket a transaction took before its commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<u64>,
+    /// ticket_end: `true` delivers what was published under the ticket,
+    /// `false` gives it up (the commit failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver: Option<bool>,
     /// release: `true` when the client wants no answer (it does not wait
     /// for one); the store then sends none, not even an error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -220,6 +236,13 @@ pub struct AcquireOk {
     /// How long the request waited in line before the grant.
     #[serde(default)]
     pub waited_ms: u64,
+}
+
+/// The answer to `ticket`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct TicketOk {
+    /// The ticket, for the `publish` and `ticket_end` that follow the commit.
+    pub ticket: u64,
 }
 
 /// The answer to `subscribe`: where the subscription reads, for a resume.

@@ -13,6 +13,7 @@ use crate::base::fence::Fence;
 use crate::base::key::Key;
 use crate::engine::channels::{Event, Resume, Scope, check_message};
 use crate::engine::locks::{Holder, Kind, Terms};
+use crate::engine::tickets::Held;
 use crate::net::client::{Client, LoopReader, RemoteLeaseHandle, RemoteSub};
 use crate::net::files::owner_lock_held_here;
 use crate::net::wire::Address;
@@ -55,8 +56,15 @@ impl Backend for Connected {
         }
     }
 
-    fn publish_now(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
-        runtime::block_on(self.publish(channel, branch, data))
+    fn take_ticket(&self, channels: Vec<Arc<str>>) -> Result<u64> {
+        runtime::block_on(self.client.take_ticket(&channels))
+    }
+
+    fn end_ticket(&self, ticket: u64, msgs: Option<Vec<Held>>) -> Result<()> {
+        if let Some(m) = &msgs {
+            m.iter().try_for_each(|m| check_message(&m.data))?;
+        }
+        runtime::block_on(self.client.end_ticket(ticket, msgs))
     }
 
     fn subscribe<'a>(&'a self, channel: &'a str, branch: &'a [Key], scope: Scope, _resume: Option<Resume>) -> BoxFuture<'a, Result<BackendSubscription>> {

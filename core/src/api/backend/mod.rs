@@ -26,6 +26,7 @@ use crate::base::fence::Fence;
 use crate::base::key::Key;
 use crate::engine::channels::{Event, Resume, Scope};
 use crate::engine::locks::{Holder, Kind, Terms};
+use crate::engine::tickets::Held;
 use crate::net::client::LoopReader;
 use crate::net::wire::Address;
 
@@ -56,9 +57,12 @@ pub(crate) trait Backend: Send + Sync {
     /// `keep_done()` gives, unless it is known within this call: then `Some`,
     /// and `keep_done` is not called.
     fn publish_then(&self, channel: &str, branch: &[Key], data: &[u8], keep_done: &mut dyn FnMut() -> Done) -> Option<Result<()>>;
-    /// Publishes checked JSON bytes and waits for the store to have them
-    /// (a commit's messages).
-    fn publish_now(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()>;
+    /// A ticket for a transaction's messages to `channels`, taken before
+    /// its commit while it holds the database's write lock (CHAN-03).
+    fn take_ticket(&self, channels: Vec<Arc<str>>) -> Result<u64>;
+    /// Ends a ticket after the commit: the store delivers `msgs` after the
+    /// earlier tickets' (`None`: gives it up, the commit failed).
+    fn end_ticket(&self, ticket: u64, msgs: Option<Vec<Held>>) -> Result<()>;
     /// Subscribes; resolves once the store has the subscription.
     fn subscribe<'a>(&'a self, channel: &'a str, branch: &'a [Key], scope: Scope, resume: Option<Resume>) -> BoxFuture<'a, Result<BackendSubscription>>;
     /// The lock or semaphore `name` of `kind`, declared with the store.

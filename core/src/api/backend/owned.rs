@@ -17,6 +17,7 @@ use crate::base::key::Key;
 use crate::engine::Engine;
 use crate::engine::channels::{Event, LocalSubscription, Resume, Scope};
 use crate::engine::locks::{Holder, Kind, LeaseShared, LocalLease, Table, Terms};
+use crate::engine::tickets::Held;
 use crate::net::client::LoopReader;
 use crate::net::files::socket_path;
 use crate::net::server::Server;
@@ -58,8 +59,12 @@ impl Backend for Owned {
         Some(self.engine.publish_checked(channel, branch, data.into()))
     }
 
-    fn publish_now(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
-        self.engine.publish_checked(channel, branch, data)
+    fn take_ticket(&self, channels: Vec<Arc<str>>) -> Result<u64> {
+        self.engine.take_ticket(channels)
+    }
+
+    fn end_ticket(&self, ticket: u64, msgs: Option<Vec<Held>>) -> Result<()> {
+        self.engine.end_ticket(ticket, msgs)
     }
 
     fn subscribe<'a>(&'a self, channel: &'a str, branch: &'a [Key], scope: Scope, resume: Option<Resume>) -> BoxFuture<'a, Result<BackendSubscription>> {

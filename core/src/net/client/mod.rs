@@ -20,6 +20,7 @@ use crate::engine::channels::{Event, Msg, Scope};
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::key::Key;
 use crate::engine::locks::{Holder, Kind, Terms};
+use crate::engine::tickets::Held;
 use crate::runtime;
 use crate::net::socket::{self, Sink, WriteHalf};
 mod lease;
@@ -545,7 +546,13 @@ impl Client {
     }
 
     async fn call_on(&self, conn: &Arc<OwnerConnection>, mut r: Request<'_>) -> Result<Box<[u8]>> {
-        let mut rx = self.send_on(conn, &mut r, true)?.expect("an answer is awaited");
+        let rx = self.send_on(conn, &mut r, true)?.expect("an answer is awaited");
+        Self::answer(conn, rx).await
+    }
+
+    /// Waits for an answer, reading the socket meanwhile where this thread
+    /// is the one that may.
+    async fn answer(conn: &Arc<OwnerConnection>, mut rx: AnswerRx) -> Result<Box<[u8]>> {
         std::future::poll_fn(|cx| {
             let p = std::pin::Pin::new(&mut rx).poll(cx);
             if p.is_pending() {
@@ -647,6 +654,45 @@ impl Client {
             return Err(e);
         }
         Ok(conn)
+    }
+
+    /// Takes a ticket for a transaction's messages to `channels`, before
+    /// its commit (CHAN-03): answered once the owner placed it in line.
+    pub(crate) async fn take_ticket(&self, channels: &[Arc<str>]) -> Result<u64> {
+        let mut r = Request::new(0, "ticket");
+        r.channels = Some(channels.iter().map(|c| c.to_string()).collect());
+        let ok = self.call(r).await?;
+        let t: wire::TicketOk = serde_json::from_slice(&ok).map_err(|e| Error::new(ErrorKind::Protocol, format!("a bad ticket answer: {e}")))?;
+        Ok(t.ticket)
+    }
+
+    /// Sends a transaction's messages under its ticket, then ends it
+    /// (`None`: gives it up), pipelined on the connection the ticket was
+    /// taken on; returns once every answer came.
+    pub(crate) async fn end_ticket(&self, ticket: u64, msgs: Option<Vec<Held>>) -> Result<()> {
+        let conn = self.current()?;
+        let deliver = msgs.is_some();
+        let mut answers = Vec::new();
+        for m in msgs.into_iter().flatten() {
+            let raw = raw_json(&m.data)?;
+            let mut r = Request::new(0, "publish");
+            r.channel = Some(m.channel.to_string());
+            r.branch = Some(m.branch);
+            r.data = Some(&raw);
+            r.ticket = Some(ticket);
+            answers.push(self.send_on(&conn, &mut r, true)?.expect("an answer is awaited"));
+        }
+        let mut r = Request::new(0, "ticket_end");
+        r.ticket = Some(ticket);
+        r.deliver = Some(deliver);
+        answers.push(self.send_on(&conn, &mut r, true)?.expect("an answer is awaited"));
+        let mut first = None;
+        for rx in answers {
+            if let Err(e) = Self::answer(&conn, rx).await {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     pub(crate) async fn subscribe(self: &Arc<Self>, channel: &str, branch: &[Key], scope: Scope) -> Result<Arc<RemoteSub>> {

@@ -306,7 +306,7 @@ impl Server {
     async fn connection(self: Arc<Self>, (rd, wr): (Box<dyn AsyncRead + Send + Unpin>, WriteHalf), address: String, tokens: Option<Arc<Tokens>>, waiting: Arc<AtomicUsize>) {
         let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false), waits: Mutex::new(HashMap::new()), waiting });
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let mut c = ServedConnection { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), woken: Vec::new() };
+        let mut c = ServedConnection { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), woken: Vec::new(), tickets: HashMap::new() };
         let mut reader = FrameReader::new(rd);
         loop {
             if out.closed.load(Ordering::Acquire) {
@@ -361,6 +361,7 @@ impl Server {
             }
         }
         out.close();
+        c.give_up_tickets();
         runtime::run_woken(&mut c.woken);
         for (_, f) in c.subs.drain() {
             f.stop();

@@ -10,10 +10,11 @@ use super::{ConnInfo, Forwarder, Outbox, Role, Server, Tokens, answer_err, answe
 use crate::engine::Engine;
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::key::Key;
-use crate::base::limits::{check_name, check_positive, check_ttl};
-use crate::engine::channels::{Missed, MissedReason, Resume, Scope};
+use crate::base::limits::{STORE_CHANNEL_BYTES, check_name, check_positive, check_ttl};
+use crate::engine::channels::{Missed, MissedReason, Resume, Scope, check_message};
+use crate::engine::tickets::Held;
 use crate::engine::locks::{Holder, Kind, OnGrant, Queued, Terms};
-use crate::net::wire::{self, AcquireOk, HelloOk, Request, SubscribeOk, need};
+use crate::net::wire::{self, AcquireOk, HelloOk, Request, SubscribeOk, TicketOk, need};
 use crate::runtime;
 
 pub(super) struct ServedConnection {
@@ -27,6 +28,16 @@ pub(super) struct ServedConnection {
     pub(super) subs: HashMap<u64, Arc<Forwarder>>,
     /// Subscriptions its publishes woke, forwarded before its answers leave.
     pub(super) woken: Vec<Arc<dyn runtime::RunOnWaker>>,
+    /// Tickets taken on this connection and not ended: given up when it ends.
+    pub(super) tickets: HashMap<u64, OpenTicket>,
+}
+
+/// A transaction's ticket and the messages sent under it so far.
+#[derive(Default)]
+pub(super) struct OpenTicket {
+    channels: Vec<Arc<str>>,
+    msgs: Vec<Held>,
+    bytes: usize,
 }
 
 impl ServedConnection {
@@ -43,7 +54,10 @@ impl ServedConnection {
         let engine = self.server.engine()?;
         match r.op.as_ref() {
             "hello" => self.hello(&engine, r),
+            "publish" if r.ticket.is_some() => self.publish_under_ticket(r),
             "publish" => self.publish(&engine, r),
+            "ticket" => self.ticket(&engine, r),
+            "ticket_end" => self.ticket_end(&engine, r),
             "subscribe" => self.subscribe(&engine, r),
             "unsubscribe" => self.unsubscribe(r),
             "acquire" => self.acquire(&engine, r),
@@ -57,7 +71,7 @@ impl ServedConnection {
                 Ok(())
             }
             other => Err(Error::invalid(format!(
-                "unknown op {other:?}: use hello, publish, subscribe, unsubscribe, declare, acquire, cancel, renew, release, ping, status or shutdown"
+                "unknown op {other:?}: use hello, publish, subscribe, unsubscribe, declare, acquire, cancel, renew, release, ticket, ticket_end, ping, status or shutdown"
             ))),
         }
     }
@@ -65,10 +79,15 @@ impl ServedConnection {
     fn hello(&mut self, engine: &Engine, r: Request<'_>) -> Result<()> {
         let (id, op) = (r.id, r.op.as_ref());
         let v = need(r.version, op, "version")?;
-        if v != wire::PROTOCOL_VERSION {
+        // A version 2 client never takes a ticket: it is served as it was.
+        if !(wire::OLDEST_CLIENT_VERSION..=wire::PROTOCOL_VERSION).contains(&v) {
             return Err(Error::new(
                 ErrorKind::Protocol,
-                format!("this store speaks protocol version {}, the client {v}: use the same tinystore version on both sides", wire::PROTOCOL_VERSION),
+                format!(
+                    "this store speaks protocol versions {} to {}, the client {v}: use the same tinystore version on both sides",
+                    wire::OLDEST_CLIENT_VERSION,
+                    wire::PROTOCOL_VERSION
+                ),
             ));
         }
         self.role = Some(match &self.tokens {
@@ -98,6 +117,72 @@ impl ServedConnection {
         runtime::collect_woken(&mut self.woken, || engine.publish(&channel, &branch, data.get().as_bytes().into()))?;
         answer_ok(&self.out, id, &());
         Ok(())
+    }
+
+    /// Takes a ticket for a transaction about to commit (CHAN-03).
+    fn ticket(&mut self, engine: &Engine, r: Request<'_>) -> Result<()> {
+        let (id, op) = (r.id, r.op.as_ref());
+        self.need_role(Role::Data, "publish")?;
+        let channels = need(r.channels, op, "channels")?;
+        if channels.is_empty() {
+            return Err(Error::invalid("a ticket names the channels its transaction published to: give at least one"));
+        }
+        channels.iter().try_for_each(|c| check_name("channel", c))?;
+        let channels: Vec<Arc<str>> = channels.into_iter().map(Arc::from).collect();
+        let ticket = engine.take_ticket(channels.clone())?;
+        self.tickets.insert(ticket, OpenTicket { channels, ..OpenTicket::default() });
+        answer_ok(&self.out, id, &TicketOk { ticket });
+        Ok(())
+    }
+
+    /// Keeps a message of a committed transaction until its `ticket_end`.
+    fn publish_under_ticket(&mut self, r: Request<'_>) -> Result<()> {
+        let (id, op) = (r.id, r.op.as_ref());
+        self.need_role(Role::Data, "publish")?;
+        let ticket = need(r.ticket, op, "ticket")?;
+        let channel = need(r.channel, op, "channel")?;
+        let branch = r.branch.unwrap_or_default();
+        let data = need(r.data, op, "data")?;
+        check_name("channel", &channel)?;
+        branch.iter().try_for_each(Key::check)?;
+        let data: Box<[u8]> = data.get().as_bytes().into();
+        check_message(&data)?;
+        let t = self.tickets.get_mut(&ticket).ok_or_else(|| not_open(ticket))?;
+        let Some(channel) = t.channels.iter().find(|c| ***c == *channel).cloned() else {
+            return Err(Error::invalid(format!(
+                "ticket {ticket} was not taken for channel {channel:?}: name every channel a transaction publishes to when taking its ticket"
+            )));
+        };
+        if t.bytes + data.len() > STORE_CHANNEL_BYTES {
+            return Err(Error::limit(format!(
+                "a transaction's messages are at most {} MiB together; ticket {ticket} has {} bytes: publish ids and keep the data in the database",
+                STORE_CHANNEL_BYTES >> 20,
+                t.bytes
+            )));
+        }
+        t.bytes += data.len();
+        t.msgs.push(Held { channel, branch, data });
+        answer_ok(&self.out, id, &());
+        Ok(())
+    }
+
+    /// Delivers what was published under a ticket in its turn, or gives it up.
+    fn ticket_end(&mut self, engine: &Engine, r: Request<'_>) -> Result<()> {
+        let (id, op) = (r.id, r.op.as_ref());
+        let ticket = need(r.ticket, op, "ticket")?;
+        let deliver = need(r.deliver, op, "deliver")?;
+        let t = self.tickets.remove(&ticket).ok_or_else(|| not_open(ticket))?;
+        runtime::collect_woken(&mut self.woken, || engine.end_ticket(ticket, deliver.then_some(t.msgs)))?;
+        answer_ok(&self.out, id, &());
+        Ok(())
+    }
+
+    /// The connection ended: its open tickets keep nobody waiting.
+    pub(super) fn give_up_tickets(&mut self) {
+        let Ok(engine) = self.server.engine() else { return };
+        for (ticket, _) in self.tickets.drain() {
+            let _ = engine.end_ticket(ticket, None);
+        }
     }
 
     fn subscribe(&mut self, engine: &Engine, r: Request<'_>) -> Result<()> {
@@ -303,6 +388,12 @@ impl ServedConnection {
         Ok(())
     }
 
+}
+
+fn not_open(ticket: u64) -> Error {
+    Error::invalid(format!(
+        "ticket {ticket} is not open on this connection: a ticket is taken and ended on one connection (a reconnect gives it up), and ended once"
+    ))
 }
 
 fn holder_id(session: &str, holder: u64) -> u64 {
