@@ -180,7 +180,7 @@ typedef struct TsEvent {
 /**
  * What a lock or semaphore handle is opened with. An option whose `has_`
  * flag is 0 takes the core's default (ttl 30 s, wait 10 s, no maxHold).
- * Durations in nanoseconds; a negative one counts as 0 (and is refused).
+ * Durations in nanoseconds; the core refuses a negative one.
  */
 typedef struct TsLockOptions {
   uint8_t has_ttl;
@@ -424,10 +424,11 @@ size_t ts_completions_wait(uint64_t *out, size_t max, int64_t timeout_ms);
 
 /**
  * Opens the lock `name` (`semaphore` 0) or the semaphore `name` of `limit`
- * permits (`semaphore` 1), checking the name and options as the core's
- * builders do. Errors: `invalid` (name, ttl outside 1 s to 1 h, a zero wait
- * or maxHold, a limit of 0), `conflict` (the name is of another kind or
- * limit), `closed`.
+ * permits (`semaphore` 1; Go's int, which the core checks is 1 to
+ * 4294967295), checking the name and options as the core's builders do.
+ * Errors: `invalid` (name, a negative duration, ttl outside 1 s to 1 h, a
+ * zero wait or maxHold, a limit out of range), `conflict` (the name is of
+ * another kind or limit), `closed`.
  *
  * # Safety
  * `s` is live; `(name, name_len)` readable; `opts` null or readable; `out` and
@@ -437,7 +438,7 @@ int32_t ts_lock_open(const struct TsStore *s,
                      const uint8_t *name,
                      size_t name_len,
                      uint8_t semaphore,
-                     uint32_t limit,
+                     int64_t limit,
                      const struct TsLockOptions *opts,
                      struct TsLock **out,
                      struct TsError **err);

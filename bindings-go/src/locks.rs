@@ -1,8 +1,7 @@
 //! Locks and semaphores: holding a key, its lease and fence.
 
-use std::time::Duration;
-
 use tinystore::RawLock;
+use tinystore::limits::{duration_from_nanos, semaphore_limit};
 use tinystore::locks::{HeldLease, Holder, Kind, LockHandle, LockOptions, RawLease};
 
 use crate::args::{TsValue, Values, text};
@@ -21,7 +20,7 @@ pub struct TsFence {
 
 /// What a lock or semaphore handle is opened with. An option whose `has_`
 /// flag is 0 takes the core's default (ttl 30 s, wait 10 s, no maxHold).
-/// Durations in nanoseconds; a negative one counts as 0 (and is refused).
+/// Durations in nanoseconds; the core refuses a negative one.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TsLockOptions {
@@ -51,15 +50,13 @@ pub struct TsLease {
     held: HeldLease,
 }
 
-fn nanos(ns: i64) -> Duration {
-    Duration::from_nanos(ns.max(0) as u64)
-}
 
 /// Opens the lock `name` (`semaphore` 0) or the semaphore `name` of `limit`
-/// permits (`semaphore` 1), checking the name and options as the core's
-/// builders do. Errors: `invalid` (name, ttl outside 1 s to 1 h, a zero wait
-/// or maxHold, a limit of 0), `conflict` (the name is of another kind or
-/// limit), `closed`.
+/// permits (`semaphore` 1; Go's int, which the core checks is 1 to
+/// 4294967295), checking the name and options as the core's builders do.
+/// Errors: `invalid` (name, a negative duration, ttl outside 1 s to 1 h, a
+/// zero wait or maxHold, a limit out of range), `conflict` (the name is of
+/// another kind or limit), `closed`.
 ///
 /// # Safety
 /// `s` is live; `(name, name_len)` readable; `opts` null or readable; `out` and
@@ -70,7 +67,7 @@ pub unsafe extern "C" fn ts_lock_open(
     name: *const u8,
     name_len: usize,
     semaphore: u8,
-    limit: u32,
+    limit: i64,
     opts: *const TsLockOptions,
     out: *mut *mut TsLock,
     err: *mut *mut TsError,
@@ -81,15 +78,15 @@ pub unsafe extern "C" fn ts_lock_open(
         let o = unsafe { opts.as_ref() }.copied().unwrap_or_default();
         let mut opts = LockOptions::default();
         if o.has_ttl != 0 {
-            opts.ttl = nanos(o.ttl_ns);
+            opts.ttl = duration_from_nanos("ttl", o.ttl_ns)?;
         }
         if o.has_max_hold != 0 {
-            opts.max_hold = Some(nanos(o.max_hold_ns));
+            opts.max_hold = Some(duration_from_nanos("maxHold", o.max_hold_ns)?);
         }
         if o.has_wait != 0 {
-            opts.wait = nanos(o.wait_ns);
+            opts.wait = duration_from_nanos("wait", o.wait_ns)?;
         }
-        let kind = if semaphore != 0 { Kind::Semaphore { limit } } else { Kind::Lock };
+        let kind = if semaphore != 0 { Kind::Semaphore { limit: semaphore_limit(limit as f64, limit)? } } else { Kind::Lock };
         // The core's handle checks the name, limit and options; Go's open
         // then waits for the declare (over a connection, one round trip), so
         // a conflict is OpenLock's error.

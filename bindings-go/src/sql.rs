@@ -1,9 +1,7 @@
 //! SQL databases of a store, transactions, and publishing inside them.
 
-use std::sync::Mutex;
-use std::time::Duration;
 
-use tinystore::sql::{Rows, Statement, Tx};
+use tinystore::sql::{Rows, SharedTx, Statement, Tx};
 use tinystore::{Database, Done};
 
 use crate::args::{OutValues, TsValue, Values, bytes, text};
@@ -17,7 +15,8 @@ pub struct TsDb {
 
 /// A transaction in progress, ended by [`ts_tx_commit`] or [`ts_tx_rollback`].
 pub struct TsTx {
-    tx: Mutex<Option<Tx>>,
+    /// The core's: `invalid` for a call once it ended.
+    tx: SharedTx,
 }
 
 /// Rows a query gave, viewed with [`ts_rows_view`].
@@ -77,7 +76,7 @@ pub unsafe extern "C" fn ts_db_open(
             b = b.migrations(unsafe { text(migrations, migrations_len) }?);
         }
         if has_busy != 0 {
-            b = b.busy_timeout(Duration::from_nanos(busy_ns.max(0) as u64));
+            b = b.busy_timeout(tinystore::limits::duration_from_nanos("busyTimeout", busy_ns)?);
         }
         let db = b.open()?;
         unsafe { *out = Box::into_raw(Box::new(TsDb { db })) };
@@ -211,17 +210,18 @@ pub unsafe extern "C" fn ts_rows_free(rows: *mut TsRows) {
 pub unsafe extern "C" fn ts_db_begin(db: *const TsDb, out: *mut *mut TsTx, err: *mut *mut TsError) -> i32 {
     call(err, || {
         let tx = unsafe { &*db }.db.begin()?;
-        unsafe { *out = Box::into_raw(Box::new(TsTx { tx: Mutex::new(Some(tx)) })) };
+        unsafe { *out = Box::into_raw(Box::new(TsTx { tx: SharedTx::new(tx) })) };
         Ok(())
     })
 }
 
 fn with_tx<T>(tx: *const TsTx, f: impl FnOnce(&Tx) -> Res<T>) -> Res<T> {
-    let guard = unsafe { &*tx }.tx.lock().unwrap_or_else(|e| e.into_inner());
-    match guard.as_ref() {
-        Some(tx) => f(tx),
-        None => Err(crate::args::invalid("the transaction already ended: use tx only inside its function").into()),
-    }
+    let mut out = None;
+    unsafe { &*tx }.tx.with(|t| {
+        out = Some(f(t));
+        Ok(())
+    })?;
+    out.expect("with ran f")
 }
 
 /// As [`ts_db_exec`], inside the transaction.
@@ -308,12 +308,7 @@ pub unsafe extern "C" fn ts_tx_publish(
 
 fn end(tx: *mut TsTx, commit: bool) -> Res<()> {
     let t = unsafe { Box::from_raw(tx) };
-    let inner = t.tx.into_inner().unwrap_or_else(|e| e.into_inner());
-    match inner {
-        Some(tx) if commit => Ok(tx.commit()?),
-        Some(tx) => Ok(tx.rollback()?),
-        None => Ok(()),
-    }
+    Ok(t.tx.end(if commit { Tx::commit } else { Tx::rollback })?)
 }
 
 /// Commits, then delivers what was published in it, in order; frees the

@@ -6,6 +6,7 @@ use std::time::Duration;
 use napi::bindgen_prelude::{BigInt, Buffer, Either, Either3, Either5, Either7, Null, Uint8Array, Undefined};
 use napi_derive::napi;
 use tinystore::Key;
+use tinystore::limits::DurationUnit;
 use tinystore::sql::SqlValue;
 
 use crate::errors::{IntoNapi, invalid};
@@ -70,17 +71,13 @@ pub fn keys(path: Vec<JsKey>) -> napi::Result<Vec<Key>> {
     path.into_iter().map(key).collect()
 }
 
-/// A duration, the option `what` (`ttl`, `wait`, ...): text is read by the
-/// engine (`"250ms"`, `"30s"`, `"2m"`, `"1h"`); a number is milliseconds,
-/// finite and not negative.
+/// A duration, the option `what` (`ttl`, `wait`, ...): text or a number
+/// of milliseconds, both read by the engine's rules (`"250ms"`, `"30s"`,
+/// `"2m"`, `"1h"`; a number finite, 0 or more, under 10^15).
 pub fn duration(what: &str, d: JsDuration) -> napi::Result<Duration> {
     match d {
         Either::A(text) => tinystore::limits::parse_duration(&text).napi(),
-        Either::B(ms) if ms.is_finite() && ms >= 0.0 => Ok(Duration::from_secs_f64(ms / 1000.0)),
-        Either::B(ms) => Err(invalid(format!(
-            "{what} is a duration: text like '30s' or a finite number of milliseconds (0 or more), like 30000; got {}",
-            js_number(ms)
-        ))),
+        Either::B(ms) => tinystore::limits::duration_from_number(what, ms, DurationUnit::Milliseconds, js_number(ms)).napi(),
     }
 }
 

@@ -1,11 +1,11 @@
 //! SQL databases and transactions; every SQLite call runs off the event loop.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use napi::Env;
 use napi::bindgen_prelude::{BigInt, Either, PromiseRaw};
 use napi_derive::napi;
-use tinystore::sql::{Rows, Statement};
+use tinystore::sql::{Rows, SharedTx, Statement};
 use tinystore::{Database, Done, Tx};
 
 use crate::convert::{self, JsKey, JsSqlParam, JsSqlValue};
@@ -95,14 +95,15 @@ impl NativeDatabase {
             db.begin()
         })
         .await?;
-        Ok(NativeTx { tx: Arc::new(Mutex::new(Some(tx))) })
+        Ok(NativeTx { tx: Arc::new(SharedTx::new(tx)) })
     }
 }
 
 /// A transaction in progress; rolled back if dropped without `commit`.
 #[napi]
 pub struct NativeTx {
-    tx: Arc<Mutex<Option<Tx>>>,
+    /// The core's: `invalid` for a call once it ended.
+    tx: Arc<SharedTx>,
 }
 
 impl NativeTx {
@@ -114,30 +115,12 @@ impl NativeTx {
     /// Ends the transaction with `f` (commit or rollback).
     async fn end(&self, f: impl FnOnce(Tx) -> tinystore::Result<()> + Send + 'static) -> napi::Result<()> {
         let tx = self.tx.clone();
-        blocking(move || {
-            let taken = tx.lock().unwrap_or_else(|p| p.into_inner()).take();
-            taken.map_or(Ok(()), f)
-        })
-        .await
+        blocking(move || tx.end(f)).await
     }
 }
 
-async fn run_on<T: Send + 'static>(tx: Arc<Mutex<Option<Tx>>>, f: impl FnOnce(&Tx) -> tinystore::Result<T> + Send + 'static) -> napi::Result<T> {
-    blocking(move || {
-        let slot = tx.lock().unwrap_or_else(|p| p.into_inner());
-        match slot.as_ref() {
-            Some(t) => f(t),
-            None => Err(ended()),
-        }
-    })
-    .await
-}
-
-fn ended() -> tinystore::Error {
-    tinystore::Error::new(
-        tinystore::ErrorKind::Invalid,
-        "this transaction has ended: use the tx only inside the function given to db.tx",
-    )
+async fn run_on<T: Send + 'static>(tx: Arc<SharedTx>, f: impl FnOnce(&Tx) -> tinystore::Result<T> + Send + 'static) -> napi::Result<T> {
+    blocking(move || tx.with(f)).await
 }
 
 #[napi]

@@ -205,18 +205,8 @@ impl NativeStore {
         max_hold: Option<JsDuration>,
         wait: Option<JsDuration>,
     ) -> napi::Result<NativeLock> {
-        // A JS number: whole and within u32, or refused (never wrapped).
-        if limit.fract() != 0.0 || !(1.0..=u32::MAX as f64).contains(&limit) {
-            return Err(tinystore::Error::new(
-                tinystore::ErrorKind::Invalid,
-                format!(
-                    "a semaphore's limit is a whole number from 1 to 4294967295, like {{ limit: 3 }}; got {}",
-                    convert::js_number(limit)
-                ),
-            ))
-            .napi();
-        }
-        let limit = limit as u32;
+        // A JS number: the engine's rule takes it whole and within u32, or refuses it (never wrapped).
+        let limit = tinystore::limits::semaphore_limit(limit, convert::js_number(limit)).napi()?;
         let opts = options(ttl, max_hold, wait)?;
         NativeLock::new(&self.store, &name, Kind::Semaphore { limit }, opts, self.uv.clone())
     }

@@ -7,6 +7,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyFloat, PyInt, PyMemoryView, PyString};
 use tinystore::sql::SqlValue;
+use tinystore::limits::DurationUnit;
 use tinystore::{Error, ErrorKind, Key};
 
 use crate::error;
@@ -35,17 +36,6 @@ pub fn key(obj: &Bound<'_, PyAny>) -> PyResult<Key> {
     Ok(k)
 }
 
-/// The longest duration a number or timedelta may give, in seconds: the
-/// core's bound on every duration, so a deadline never overflows the clock.
-const MAX_DURATION_SECS: f64 = tinystore::limits::MAX_SPAN.as_secs_f64();
-
-fn bad_duration(obj: &Bound<'_, PyAny>) -> Error {
-    Error::new(
-        ErrorKind::Invalid,
-        format!("a duration is 0 or more seconds and under 1e12 (about 31,000 years), like 30 or \"30s\"; got {}", shown(obj)),
-    )
-}
-
 /// A value as an error message shows it: a number of a thousand digits is
 /// cut short.
 fn shown(obj: &Bound<'_, PyAny>) -> String {
@@ -56,37 +46,36 @@ fn shown(obj: &Bound<'_, PyAny>) -> String {
     format!("{}... ({} characters)", &text[..text.char_indices().nth(24).map_or(text.len(), |(i, _)| i)], text.chars().count())
 }
 
-/// A duration: a string (`"250ms"`, `"30s"`, `"2m"`, `"1h"`), a number of
-/// seconds, or a `datetime.timedelta`. Errors: `InvalidError` when negative,
-/// not finite or 1e12 s and more; `TypeError` for another type.
-pub fn duration(obj: &Bound<'_, PyAny>) -> PyResult<Duration> {
+/// A duration, the option `what`: a string (`"250ms"`, `"30s"`, `"2m"`,
+/// `"1h"`), a number of seconds, or a `datetime.timedelta`. The core's rule
+/// reads it (`InvalidError` when negative, not finite or 1e12 s and more);
+/// `TypeError` for another type.
+pub fn duration(what: &str, obj: &Bound<'_, PyAny>) -> PyResult<Duration> {
     let py = obj.py();
     if let Ok(s) = obj.cast::<PyString>() {
         return error::check(py, tinystore::limits::parse_duration(&s.to_cow()?));
     }
     let secs: f64 = if obj.is_instance_of::<PyBool>() {
-        return Err(PyTypeError::new_err("a duration is a str like \"30s\", seconds, or a timedelta; got a bool"));
+        return Err(PyTypeError::new_err(format!("{what} is a duration: a str like \"30s\", seconds, or a timedelta; got a bool")));
     } else if obj.is_instance_of::<PyInt>() {
-        // An int too large for a float is too large for a duration.
-        obj.extract::<i64>().map_err(|_| error::to_py(py, bad_duration(obj)))? as f64
+        // An int too large for an i64 is too large for any duration: the
+        // core refuses it as infinite.
+        obj.extract::<i64>().map_or(f64::INFINITY, |i| i as f64)
     } else if obj.is_instance_of::<PyFloat>() {
         obj.extract()?
     } else if obj.hasattr("total_seconds")? {
         obj.call_method0("total_seconds")?.extract()?
     } else {
         return Err(PyTypeError::new_err(format!(
-            "a duration is a str like \"30s\", a number of seconds, or a timedelta; got {}",
+            "{what} is a duration: a str like \"30s\", a number of seconds, or a timedelta; got {}",
             obj.get_type().name()?
         )));
     };
-    if !(0.0..MAX_DURATION_SECS).contains(&secs) {
-        return Err(error::to_py(py, bad_duration(obj)));
-    }
-    Ok(Duration::from_secs_f64(secs))
+    error::check(py, tinystore::limits::duration_from_number(what, secs, DurationUnit::Seconds, shown(obj)))
 }
 
-/// A semaphore's limit: an `int` from 1 to 4294967295. Errors:
-/// `InvalidError` out of that range, `TypeError` for another type.
+/// A semaphore's limit: an `int`, which the core checks is 1 to
+/// 4294967295 (`InvalidError`). `TypeError` for another type.
 pub fn limit(obj: &Bound<'_, PyAny>) -> PyResult<u32> {
     if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
         return Err(PyTypeError::new_err(format!(
@@ -94,19 +83,15 @@ pub fn limit(obj: &Bound<'_, PyAny>) -> PyResult<u32> {
             obj.get_type().name()?
         )));
     }
-    match obj.extract::<u32>() {
-        Ok(n) if n >= 1 => Ok(n),
-        _ => Err(error::to_py(
-            obj.py(),
-            Error::new(ErrorKind::Invalid, format!("a semaphore's limit is a whole number from 1 to 4294967295, like 3; got {}", shown(obj))),
-        )),
-    }
+    // An int past 64 bits is past any limit: the core refuses it as infinite.
+    let n = obj.extract::<i64>().map_or(f64::INFINITY, |i| i as f64);
+    error::check(obj.py(), tinystore::limits::semaphore_limit(n, shown(obj)))
 }
 
-/// An optional duration (`None` stays `None`).
-pub fn opt_duration(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
+/// An optional duration, the option `what` (`None` stays `None`).
+pub fn opt_duration(what: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
     match obj {
-        Some(o) if !o.is_none() => duration(o).map(Some),
+        Some(o) if !o.is_none() => duration(what, o).map(Some),
         _ => Ok(None),
     }
 }
@@ -114,7 +99,7 @@ pub fn opt_duration(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>
 /// Parses a duration the way every argument of the package does; gives seconds.
 #[pyfunction]
 pub fn parse_duration(value: &Bound<'_, PyAny>) -> PyResult<f64> {
-    duration(value).map(|d| d.as_secs_f64())
+    duration("a duration", value).map(|d| d.as_secs_f64())
 }
 
 /// Checks a channel, lock, semaphore or database name (raises `InvalidError`).

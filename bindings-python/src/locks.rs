@@ -60,7 +60,7 @@ impl NativeLock {
     #[pyo3(signature = (key, holder, wait=None))]
     fn acquire(&self, py: Python<'_>, key: &Bound<'_, PyAny>, holder: u64, wait: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
         let key = convert::key(key)?;
-        let wait: Duration = match convert::opt_duration(wait)? {
+        let wait: Duration = match convert::opt_duration("wait", wait)? {
             Some(w) => error::check(py, tinystore::limits::check_positive("wait", w))?,
             None => self.handle.options().wait,
         };

@@ -2,10 +2,9 @@
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
-use tinystore::sql::{Rows, SqlValue, Statement};
+use tinystore::sql::{Rows, SharedTx, SqlValue, Statement};
 use tinystore::{Database, Error, ErrorKind, Tx, runtime};
 
 use crate::channels::NativeBranch;
@@ -79,7 +78,7 @@ impl NativeDatabase {
             let turn = db.writer_turn().await?;
             blocking(move || {
                 let _turn = turn;
-                db.begin().map(|tx| value(NativeTx { tx: Arc::new(Mutex::new(Some(tx))) }))
+                db.begin().map(|tx| value(NativeTx { tx: Arc::new(SharedTx::new(tx)) }))
             })
             .await
         })
@@ -94,11 +93,8 @@ impl NativeDatabase {
 /// A transaction in progress; dropped unfinished, it rolls back.
 #[pyclass(frozen, module = "tinystore._native")]
 pub struct NativeTx {
-    tx: Arc<Mutex<Option<Tx>>>,
-}
-
-fn ended() -> Error {
-    Error::new(ErrorKind::Invalid, "this transaction has ended: use the tx only inside the function given to db.tx")
+    /// The core's: `invalid` for a call once it ended.
+    tx: Arc<SharedTx>,
 }
 
 impl NativeTx {
@@ -108,7 +104,7 @@ impl NativeTx {
         F: FnOnce(&Tx) -> tinystore::Result<Convert> + Send + 'static,
     {
         let tx = self.tx.clone();
-        run_blocking(py, move || tx.lock().as_ref().map_or_else(|| Err(ended()), f))
+        run_blocking(py, move || tx.with(f))
     }
 
     /// Ends the transaction with `f` (commit or rollback) on the blocking pool.
@@ -117,10 +113,7 @@ impl NativeTx {
         F: FnOnce(Tx) -> tinystore::Result<()> + Send + 'static,
     {
         let tx = self.tx.clone();
-        run_blocking(py, move || {
-            let t = tx.lock().take();
-            t.map_or_else(|| Err(ended()), f).map(|()| none())
-        })
+        run_blocking(py, move || tx.end(f).map(|()| none()))
     }
 }
 

@@ -46,7 +46,7 @@ pub fn connect(
     if let Some(f) = ca_file {
         opts = opts.ca_file(f);
     }
-    if let Some(t) = convert::opt_duration(request_timeout)? {
+    if let Some(t) = convert::opt_duration("request_timeout", request_timeout)? {
         opts = opts.request_timeout(t);
     }
     run_blocking(py, move || Store::connect_with(&address, opts).map(|store| value(NativeStore { store })))
@@ -141,9 +141,9 @@ impl NativeStore {
         };
         let d = LockOptions::default();
         let opts = LockOptions {
-            ttl: convert::opt_duration(ttl)?.unwrap_or(d.ttl),
-            max_hold: convert::opt_duration(max_hold)?,
-            wait: convert::opt_duration(wait)?.unwrap_or(d.wait),
+            ttl: convert::opt_duration("ttl", ttl)?.unwrap_or(d.ttl),
+            max_hold: convert::opt_duration("max_hold", max_hold)?,
+            wait: convert::opt_duration("wait", wait)?.unwrap_or(d.wait),
         };
         error::check(py, NativeLock::new(self.store.clone(), name, kind, opts))
     }
@@ -157,7 +157,7 @@ impl NativeStore {
         migrations: Option<PathBuf>,
         busy_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let busy = convert::opt_duration(busy_timeout)?;
+        let busy = convert::opt_duration("busy_timeout", busy_timeout)?;
         let store = self.store.clone();
         run_blocking(py, move || {
             let mut b = store.database(&name);

@@ -75,7 +75,8 @@ pub use base::key::Key;
 pub use locks::{Lease, Lock, Permit, Semaphore};
 pub use sql::{Database, Done, Tx, WriterTurn};
 pub use api::locks::RawLock;
-pub use api::store::{ConnectOptions, OpenOptions, Publish, Store, unix_millis};
+pub use api::publish::Publish;
+pub use api::store::{ConnectOptions, OpenOptions, Store, unix_millis};
 pub use engine::StoreStatus;
 
 /// The version of this crate.

@@ -3,8 +3,8 @@
 //! Reads every file under core/src, maps it to its layer by folder, and
 //! fails on a `crate::` or `super::` path that names a higher layer, or a
 //! re-export of lib.rs (`crate::Store`, `crate::channels`, ...) used below
-//! it. Also fails on an import circle among the modules of base, runtime,
-//! engine and net. Comments are not read.
+//! it. Also fails on an import circle among the modules of any layer (api
+//! included), naming each import line of the circle. Comments are not read.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -229,57 +229,140 @@ fn target_module(path: &[String], modules: &BTreeSet<Vec<String>>) -> Vec<String
     (0..=path.len()).rev().map(|n| path[..n].to_vec()).find(|p| modules.contains(p)).unwrap_or_default()
 }
 
-#[test]
-fn no_import_circle_below_the_api() {
-    let (uses, modules) = uses();
-    // Module -> modules it imports from, leaving out a parent's edges to its
-    // own children (it declares them) and each module's edges to itself.
-    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
-    let src_module = |file: &str| module_of(Path::new(file.trim_start_matches("core/src/")));
-    for u in &uses {
-        let from = src_module(&u.file);
-        if path_layer(&from) >= layer_of("api") {
-            continue;
-        }
-        let to = target_module(&u.path, &modules);
+type Module = Vec<String>;
+/// Module -> the modules it imports from, each with the lines that do.
+type Graph = BTreeMap<Module, BTreeMap<Module, Vec<String>>>;
+
+/// The import graph of core/src, leaving out a parent's edges to its own
+/// children (it declares them), each module's edges to itself, and lib.rs's
+/// root re-exports (refused below lib.rs by the upward check).
+fn graph(uses: &[Use], modules: &BTreeSet<Module>) -> Graph {
+    let mut g = Graph::new();
+    for u in uses {
+        let from = module_of(Path::new(u.file.trim_start_matches("core/src/")));
+        let to = target_module(&u.path, modules);
         if to == from || to.starts_with(&from) || to.is_empty() {
             continue;
         }
-        edges.entry(from).or_default().insert(to);
+        let lines = g.entry(from).or_default().entry(to).or_default();
+        let line = format!("{}:{}: {}", u.file, u.line, u.text);
+        if !lines.contains(&line) {
+            lines.push(line);
+        }
     }
-    // Depth-first search for a back edge.
-    fn visit(
-        m: &Vec<String>,
-        edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
-        state: &mut BTreeMap<Vec<String>, u8>,
-        stack: &mut Vec<Vec<String>>,
-    ) -> Option<Vec<Vec<String>>> {
-        match state.get(m) {
-            Some(2) => return None,
-            Some(1) => {
-                let at = stack.iter().position(|s| s == m).expect("on the stack");
-                let mut circle = stack[at..].to_vec();
-                circle.push(m.clone());
-                return Some(circle);
+    g
+}
+
+/// The import circles of `g`: each group of modules that reach each other
+/// (a strongly connected component of two or more, by Tarjan's algorithm),
+/// as a readable text naming the import lines inside the group.
+fn circles(g: &Graph) -> Vec<String> {
+    struct Walk<'g> {
+        g: &'g Graph,
+        index: BTreeMap<&'g Module, usize>,
+        low: BTreeMap<&'g Module, usize>,
+        stack: Vec<&'g Module>,
+        on_stack: BTreeSet<&'g Module>,
+        groups: Vec<Vec<&'g Module>>,
+    }
+    impl<'g> Walk<'g> {
+        fn visit(&mut self, m: &'g Module) {
+            let n = self.index.len();
+            self.index.insert(m, n);
+            self.low.insert(m, n);
+            self.stack.push(m);
+            self.on_stack.insert(m);
+            for next in self.g.get(m).into_iter().flat_map(|e| e.keys()) {
+                if !self.index.contains_key(next) {
+                    self.visit(next);
+                    let l = self.low[next].min(self.low[m]);
+                    self.low.insert(m, l);
+                } else if self.on_stack.contains(next) {
+                    let l = self.index[next].min(self.low[m]);
+                    self.low.insert(m, l);
+                }
             }
-            _ => {}
-        }
-        state.insert(m.clone(), 1);
-        stack.push(m.clone());
-        for next in edges.get(m).into_iter().flatten() {
-            if let Some(c) = visit(next, edges, state, stack) {
-                return Some(c);
+            if self.low[m] == self.index[m] {
+                let mut group = Vec::new();
+                loop {
+                    let top = self.stack.pop().expect("m is on the stack");
+                    self.on_stack.remove(top);
+                    group.push(top);
+                    if top == m {
+                        break;
+                    }
+                }
+                if group.len() > 1 {
+                    group.sort();
+                    self.groups.push(group);
+                }
             }
         }
-        stack.pop();
-        state.insert(m.clone(), 2);
-        None
     }
-    let mut state = BTreeMap::new();
-    for m in edges.keys() {
-        if let Some(circle) = visit(m, &edges, &mut state, &mut Vec::new()) {
-            let names: Vec<String> = circle.iter().map(|m| m.join("::")).collect();
-            panic!("an import circle: {}", names.join(" -> "));
+    let mut w = Walk { g, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), on_stack: BTreeSet::new(), groups: Vec::new() };
+    for m in g.keys() {
+        if !w.index.contains_key(m) {
+            w.visit(m);
         }
     }
+    let name = |m: &Module| m.join("::");
+    w.groups
+        .iter()
+        .map(|group| {
+            let mut text = format!("a circle of {}:", group.iter().map(|m| name(m)).collect::<Vec<_>>().join(", "));
+            for from in group {
+                for (to, lines) in g.get(*from).into_iter().flatten().filter(|(to, _)| group.contains(to)) {
+                    text += &format!("\n  {} -> {}:", name(from), name(to));
+                    for l in lines {
+                        text += &format!("\n    {l}");
+                    }
+                }
+            }
+            text
+        })
+        .collect()
+}
+
+#[test]
+fn no_import_circle_inside_a_layer() {
+    let (uses, modules) = uses();
+    let g = graph(&uses, &modules);
+    assert!(g.keys().any(|m| m.first().is_some_and(|l| l == "api")), "the scan found the api's imports");
+    let found = circles(&g);
+    assert!(
+        found.is_empty(),
+        "{} import circle(s) among the modules of core/src; a module's imports must form no circle (docs/architecture.md):\n{}",
+        found.len(),
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_circle_check_sees_a_circle_and_its_import_lines() {
+    let m = |s: &str| s.split("::").map(str::to_owned).collect::<Module>();
+    let modules: BTreeSet<Module> = ["api", "api::store", "api::channels", "api::lease", "api::backend", "api::backend::owned"].iter().map(|s| m(s)).collect();
+    let at = |file: &str, line: usize, text: &str| {
+        let module = module_of(Path::new(file.trim_start_matches("core/src/")));
+        crate_paths(&code_of(text), &module).into_iter().map(move |path| Use { file: file.into(), line, text: text.into(), path }).collect::<Vec<_>>()
+    };
+    let mut uses = Vec::new();
+    uses.extend(at("core/src/api/store.rs", 3, "use crate::api::channels::ChannelBuilder;"));
+    uses.extend(at("core/src/api/channels.rs", 9, "use crate::api::store::Store;"));
+    uses.extend(at("core/src/api/lease.rs", 4, "use crate::api::backend::LeaseBackend;"));
+    // A child naming its parent (`super::`) and the parent declaring it is no circle.
+    uses.extend(at("core/src/api/backend/owned.rs", 5, "use super::{Backend, Done};"));
+    let g = graph(&uses, &modules);
+    assert_eq!(g[&m("api::backend::owned")].keys().collect::<Vec<_>>(), vec![&m("api::backend")]);
+    let found = circles(&g);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with("a circle of api::channels, api::store:"), "{}", found[0]);
+    assert!(found[0].contains("core/src/api/store.rs:3: use crate::api::channels::ChannelBuilder;"), "{}", found[0]);
+    assert!(found[0].contains("core/src/api/channels.rs:9: use crate::api::store::Store;"), "{}", found[0]);
+    // Three modules in a ring are one circle.
+    uses.extend(at("core/src/api/backend/mod.rs", 8, "use crate::api::lease::RawLease;"));
+    uses.extend(at("core/src/api/backend/owned.rs", 6, "use crate::api::lease::RawLease;"));
+    uses.extend(at("core/src/api/lease.rs", 5, "use crate::api::backend::owned::local;"));
+    let found = circles(&graph(&uses, &modules));
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found.iter().any(|c| c.starts_with("a circle of api::backend, api::backend::owned, api::lease:")), "{found:?}");
 }

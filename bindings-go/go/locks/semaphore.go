@@ -27,7 +27,8 @@ func (p *Permit) Lost() bool { return p.n.IsLost() }
 // key. The limit belongs to the semaphore: opening the name again with
 // another limit fails with [tinystore.ErrConflict] (LOCK-08).
 //
-// Errors: as [OpenLock], and [tinystore.ErrInvalid] for a limit below 1.
+// Errors: as [OpenLock], and [tinystore.ErrInvalid] for a limit below 1 or
+// above 4294967295.
 func OpenSemaphore(store *tinystore.Store, name string, limit int, opts ...Option) (*Semaphore, error) {
 	n, err := open(store, name, true, limit, opts)
 	if err != nil {

@@ -19,6 +19,15 @@ use crate::base::limits::check_name;
 use crate::runtime;
 use crate::api::store::Store;
 
+// Here, next to the builder it makes, so the store module does not
+// import this one (no import circle: core/tests/layers.rs).
+impl Store {
+    /// A channel of messages of type `T`, carried as JSON.
+    pub fn channel<T>(&self, name: &str) -> ChannelBuilder<T> {
+        ChannelBuilder::new(self.clone(), name)
+    }
+}
+
 /// Builds a [`Channel`]: `store.channel::<ChatEvent>("chat-events").open()?`.
 #[must_use = "call .open() to get the channel"]
 pub struct ChannelBuilder<T> {

@@ -13,7 +13,7 @@ use crate::engine::locks::{Holder, Kind, Terms};
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::fence::Fence;
 use crate::base::key::Key;
-use crate::base::limits::{DEFAULT_TTL, DEFAULT_WAIT, check_name, check_positive, check_ttl};
+use crate::base::limits::{DEFAULT_TTL, DEFAULT_WAIT, check_name, check_positive, check_ttl, semaphore_limit};
 use crate::runtime;
 use crate::api::store::Store;
 
@@ -76,6 +76,48 @@ impl LockOptions {
 impl Default for LockOptions {
     fn default() -> Self {
         LockOptions { ttl: DEFAULT_TTL, max_hold: None, wait: DEFAULT_WAIT }
+    }
+}
+
+// Here, next to the builders it makes, so the store module does not
+// import this one (no import circle: core/tests/layers.rs).
+impl Store {
+    /// A lock: one holder of a key at a time, with fences.
+    pub fn lock(&self, name: &str) -> LockBuilder {
+        LockBuilder::new(self.clone(), name)
+    }
+
+    /// A semaphore: up to `limit` holders of a key at a time.
+    pub fn semaphore(&self, name: &str) -> SemaphoreBuilder {
+        SemaphoreBuilder::new(self.clone(), name)
+    }
+
+    /// The engine's handle to the lock or semaphore `name` (the bindings'
+    /// boundary). Over a connection this asks the owner (one round trip), so
+    /// another limit is refused here too. Errors: `invalid`, `conflict`
+    /// (another kind or limit), `closed`.
+    pub fn lock_raw(&self, name: &str, kind: Kind) -> Result<RawLock> {
+        runtime::block_on(self.lock_raw_async(name, kind))
+    }
+
+    /// As [`lock_raw`](Self::lock_raw), without blocking the calling thread:
+    /// for event loops, over a connection.
+    pub async fn lock_raw_async(&self, name: &str, kind: Kind) -> Result<RawLock> {
+        self.check_open()?;
+        check_kind(name, kind)?;
+        let inner = self.backend().lock(name, kind).await?;
+        Ok(RawLock::new(inner, self.clone()))
+    }
+}
+
+/// Checks a lock's or semaphore's name, and a semaphore's limit (1 or more).
+fn check_kind(name: &str, kind: Kind) -> Result<()> {
+    match kind {
+        Kind::Lock => check_name("lock", name),
+        Kind::Semaphore { limit } => {
+            check_name("semaphore", name)?;
+            semaphore_limit(f64::from(limit), limit).map(drop)
+        }
     }
 }
 
@@ -295,10 +337,7 @@ impl SemaphoreBuilder {
     /// Checks and gives the semaphore. Errors: `invalid` (as for locks, or a
     /// limit of 0), `conflict` (another limit, or the name is a lock), `closed`.
     pub fn open(self) -> Result<Semaphore> {
-        check_name("semaphore", &self.name)?;
-        if self.limit == 0 {
-            return Err(Error::invalid("a semaphore's limit is 1 or more, like 3"));
-        }
+        check_kind(&self.name, Kind::Semaphore { limit: self.limit })?;
         let s = self.s.check()?;
         let raw = self.store.lock_raw(&self.name, Kind::Semaphore { limit: self.limit })?;
         Ok(Semaphore { raw, s })
@@ -543,20 +582,12 @@ pub struct LockHandle {
 }
 
 impl LockHandle {
-    /// Checks `name`, `kind` (a semaphore's limit is 1 or more), `opts` and
+    /// Checks `name`, `kind` (a semaphore's limit: 1 or more), `opts` and
     /// that `store` is open, then declares (owned) or starts declaring
     /// (connected). Errors: `invalid`, `conflict` (owned: another kind or
     /// limit), `closed`.
     pub fn new(store: &Store, name: &str, kind: Kind, opts: LockOptions) -> Result<LockHandle> {
-        match kind {
-            Kind::Lock => check_name("lock", name)?,
-            Kind::Semaphore { limit } => {
-                check_name("semaphore", name)?;
-                if limit == 0 {
-                    return Err(Error::invalid("a semaphore's limit is 1 or more, like 3"));
-                }
-            }
-        }
+        check_kind(name, kind)?;
         let opts = opts.check()?;
         store.check_open()?;
         let mut h = LockHandle {
@@ -651,7 +682,7 @@ impl RawLock {
     /// the engine every third of it (LOCK-05).
     pub async fn acquire(&self, key: Key, holder: Holder, terms: Terms, wait: Duration) -> Result<RawLease> {
         key.check()?;
-        self.inner.acquire(key, holder, terms, wait).await
+        self.inner.acquire(key, holder, terms, wait).await.map(RawLease::new)
     }
     /// Takes `key` at once if it is free and nobody waits for it; `None` when
     /// the caller must wait in line through [`acquire`](Self::acquire). A
@@ -660,11 +691,11 @@ impl RawLock {
     /// waits for the key, `invalid`, `closed`.
     pub fn acquire_now(&self, key: &Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
         key.check()?;
-        self.inner.acquire_now(key, holder, terms)
+        Ok(self.inner.acquire_now(key, holder, terms)?.map(RawLease::new))
     }
     /// Takes `key` if it is free now; `None` otherwise. Never waits.
     pub async fn try_acquire(&self, key: Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
         key.check()?;
-        self.inner.try_acquire(key, holder, terms).await
+        Ok(self.inner.try_acquire(key, holder, terms).await?.map(RawLease::new))
     }
 }

@@ -5,6 +5,7 @@ pub(crate) mod backend;
 pub(crate) mod channels;
 pub(crate) mod lease;
 pub(crate) mod locks;
+pub(crate) mod publish;
 pub mod sql;
 pub mod status;
 pub(crate) mod store;

@@ -183,6 +183,15 @@ pub struct Rows {
     pub rows: Vec<Vec<SqlValue>>,
 }
 
+// Here, next to the builder it makes, so the store module does not
+// import this one (no import circle: core/tests/layers.rs).
+impl Store {
+    /// A SQL database of the store: the file `<dir>/<name>.db`.
+    pub fn database(&self, name: &str) -> DatabaseBuilder {
+        DatabaseBuilder::new(self.clone(), name)
+    }
+}
+
 /// Builds a [`Database`]: `store.database("chat").migrations("migrations").open()?`.
 #[must_use = "call .open() to get the database"]
 pub struct DatabaseBuilder {
@@ -527,6 +536,35 @@ impl Drop for Tx {
             let _ = w.conn().execute_batch("rollback");
         }
     }
+}
+
+/// A transaction a language's handle shares with the function it was given
+/// to (the bindings' boundary): usable until committed or rolled back, then
+/// every call is `invalid`, the same for every binding. A statement runs
+/// holding it, so a commit waits for a statement still running.
+pub struct SharedTx(Mutex<Option<Tx>>);
+
+impl SharedTx {
+    /// Shares `tx`.
+    pub fn new(tx: Tx) -> SharedTx {
+        SharedTx(Mutex::new(Some(tx)))
+    }
+
+    /// Runs `f` with the transaction. Errors: `invalid` once it ended, else `f`'s.
+    pub fn with<R>(&self, f: impl FnOnce(&Tx) -> Result<R>) -> Result<R> {
+        self.0.lock().as_ref().map_or_else(|| Err(tx_ended()), f)
+    }
+
+    /// Ends the transaction with `f` ([`Tx::commit`] or [`Tx::rollback`]).
+    /// Errors: `invalid` when it already ended, else `f`'s.
+    pub fn end(&self, f: impl FnOnce(Tx) -> Result<()>) -> Result<()> {
+        let tx = self.0.lock().take();
+        tx.map_or_else(|| Err(tx_ended()), f)
+    }
+}
+
+fn tx_ended() -> Error {
+    Error::invalid("this transaction has ended: use the tx only inside the function it was given to")
 }
 
 /// A branch of a channel seen from inside a transaction.

@@ -8,15 +8,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::api::backend::Backend;
 use crate::api::backend::connected::Connected;
 use crate::api::backend::owned::Owned;
-use crate::api::channels::ChannelBuilder;
-use crate::api::locks::{LockBuilder, RawLock, SemaphoreBuilder};
-use crate::api::sql::DatabaseBuilder;
+use crate::api::publish::Publish;
 use crate::api::subscription::RawSubscription;
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::key::Key;
 use crate::base::limits::check_name;
 use crate::engine::channels::{Resume, Scope};
-use crate::engine::locks::Kind;
 use crate::engine::{Engine, StoreStatus};
 use crate::net::client::{Client, TakenOver, Takeover};
 use crate::net::files::{SOCKET_PATH_MAX, absolute, next_epoch, socket_path, take_dir_lock};
@@ -302,26 +299,6 @@ impl Store {
         self.close();
     }
 
-    /// A channel of messages of type `T`, carried as JSON.
-    pub fn channel<T>(&self, name: &str) -> ChannelBuilder<T> {
-        ChannelBuilder::new(self.clone(), name)
-    }
-
-    /// A lock: one holder of a key at a time, with fences.
-    pub fn lock(&self, name: &str) -> LockBuilder {
-        LockBuilder::new(self.clone(), name)
-    }
-
-    /// A semaphore: up to `limit` holders of a key at a time.
-    pub fn semaphore(&self, name: &str) -> SemaphoreBuilder {
-        SemaphoreBuilder::new(self.clone(), name)
-    }
-
-    /// A SQL database of the store: the file `<dir>/<name>.db`.
-    pub fn database(&self, name: &str) -> DatabaseBuilder {
-        DatabaseBuilder::new(self.clone(), name)
-    }
-
     /// What the store holds now: subscribers and their branches, held keys
     /// with fences and waiters. Over a connection, asks the owner. Errors:
     /// `closed` once this handle was closed; over a connection, what the
@@ -413,6 +390,11 @@ impl Store {
         self.inner.backend.publish_then(channel, branch, data, &mut keep)
     }
 
+    /// The backend chosen at open or connect, for the handles' own calls.
+    pub(crate) fn backend(&self) -> &dyn Backend {
+        &*self.inner.backend
+    }
+
     /// A ticket for a transaction that published to `channels` (checked),
     /// taken before its commit (CHAN-03). Errors: `closed`.
     pub(crate) fn take_ticket(&self, channels: Vec<Arc<str>>) -> Result<u64> {
@@ -441,25 +423,9 @@ impl Store {
         self.check_open()?;
         check_name("channel", channel)?;
         branch.iter().try_for_each(Key::check)?;
-        self.inner.backend.subscribe(channel, branch, scope, resume).await
+        self.inner.backend.subscribe(channel, branch, scope, resume).await.map(RawSubscription::new)
     }
 
-    /// The engine's handle to the lock or semaphore `name` (the bindings'
-    /// boundary). Over a connection this asks the owner (one round trip), so
-    /// another limit is refused here too. Errors: `invalid`, `conflict`
-    /// (another kind or limit), `closed`.
-    pub fn lock_raw(&self, name: &str, kind: Kind) -> Result<RawLock> {
-        runtime::block_on(self.lock_raw_async(name, kind))
-    }
-
-    /// As [`lock_raw`](Self::lock_raw), without blocking the calling thread:
-    /// for event loops, over a connection.
-    pub async fn lock_raw_async(&self, name: &str, kind: Kind) -> Result<RawLock> {
-        self.check_open()?;
-        check_kind(name, kind)?;
-        let inner = self.inner.backend.lock(name, kind).await?;
-        Ok(RawLock::new(inner, self.clone()))
-    }
 }
 
 impl Inner {
@@ -474,57 +440,6 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.close();
-    }
-}
-
-/// A publish on its way: resolves once the store has the message.
-#[must_use = "a publish's future says whether the store took the message"]
-pub struct Publish(PublishState);
-
-enum PublishState {
-    Done(Option<Result<()>>),
-    /// The store's answer to come, and the connection it comes on.
-    Waiting(tokio::sync::oneshot::Receiver<Result<Box<[u8]>>>, Option<Arc<dyn runtime::ReadWhileBlocked>>),
-}
-
-impl Publish {
-    /// A publish that ended within the call.
-    pub(crate) fn done(r: Result<()>) -> Publish {
-        Publish(PublishState::Done(Some(r)))
-    }
-
-    /// A publish sent over a connection: its answer comes on `rx`, read by
-    /// the connection's task or by a thread blocked on it (`reader`).
-    pub(crate) fn waiting(rx: tokio::sync::oneshot::Receiver<Result<Box<[u8]>>>, reader: Option<Arc<dyn runtime::ReadWhileBlocked>>) -> Publish {
-        Publish(PublishState::Waiting(rx, reader))
-    }
-
-    /// Blocks until the store has the message (at once in the owning
-    /// process). Must not be called from inside an async task.
-    pub fn wait(self) -> Result<()> {
-        match self.0 {
-            PublishState::Done(r) => r.unwrap_or(Ok(())),
-            PublishState::Waiting(..) => runtime::block_on(self),
-        }
-    }
-}
-
-impl std::future::Future for Publish {
-    type Output = Result<()>;
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<()>> {
-        match &mut self.0 {
-            PublishState::Done(r) => std::task::Poll::Ready(r.take().unwrap_or(Ok(()))),
-            PublishState::Waiting(rx, reader) => {
-                let p = std::pin::Pin::new(rx).poll(cx);
-                if p.is_pending() {
-                    runtime::read_while_blocked(|| reader.clone());
-                }
-                p.map(|r| match r {
-                    Ok(r) => r.map(|_| ()),
-                    Err(_) => Err(crate::net::client::publish_cut_off()),
-                })
-            }
-        }
     }
 }
 
@@ -567,20 +482,6 @@ impl Store {
 impl TakenOver for Store {
     fn close(&self) {
         Store::close(self)
-    }
-}
-
-/// Checks a lock's or semaphore's name, and a semaphore's limit (1 or more).
-fn check_kind(name: &str, kind: Kind) -> Result<()> {
-    match kind {
-        Kind::Lock => check_name("lock", name),
-        Kind::Semaphore { limit } => {
-            check_name("semaphore", name)?;
-            if limit == 0 {
-                return Err(Error::invalid("a semaphore's limit is 1 or more, like 3"));
-            }
-            Ok(())
-        }
     }
 }
 

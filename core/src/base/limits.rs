@@ -83,6 +83,63 @@ pub fn check_positive(what: &str, d: Duration) -> Result<Duration> {
     Ok(d)
 }
 
+/// How a language counts a duration it gives as a number: Python in
+/// seconds, JavaScript in milliseconds. Go gives nanoseconds as an integer
+/// ([`duration_from_nanos`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DurationUnit {
+    /// Seconds (Python's numbers and `timedelta.total_seconds()`).
+    Seconds,
+    /// Milliseconds (JavaScript's numbers).
+    Milliseconds,
+}
+
+/// A duration given as a number of `unit`s, the option `what` (`ttl`,
+/// `wait`, ...): finite, 0 or more, and under [`MAX_SPAN`]; `got` is the
+/// value as the caller wrote it, for the message. The rule of every
+/// binding, here once; [`check_ttl`] and [`check_positive`] check the range
+/// of each option after. Errors with `invalid`.
+pub fn duration_from_number(what: &str, n: f64, unit: DurationUnit, got: impl std::fmt::Display) -> Result<Duration> {
+    let (secs, unit_name, max, example) = match unit {
+        DurationUnit::Seconds => (n, "seconds", "10^12", "30 or \"30s\""),
+        DurationUnit::Milliseconds => (n / 1000.0, "milliseconds", "10^15", "30000 or '30s'"),
+    };
+    // NaN fails the range too.
+    if !(0.0..MAX_SPAN.as_secs_f64()).contains(&secs) {
+        return Err(Error::invalid(format!(
+            "{what} is a duration: a number of {unit_name}, finite, 0 or more and under {max} (about 31,000 years), or text like \"30s\"; like {example}; got {got}"
+        )));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// A duration given as nanoseconds (Go's `time.Duration`), the option
+/// `what`: 0 or more. Errors with `invalid`, the value written as Go
+/// prints it (`-5s`).
+pub fn duration_from_nanos(what: &str, ns: i64) -> Result<Duration> {
+    if ns < 0 {
+        let d = Duration::from_nanos(ns.unsigned_abs());
+        let shown = if d.subsec_nanos().is_multiple_of(1_000_000) { format_duration(d) } else { format!("{}ns", ns.unsigned_abs()) };
+        return Err(Error::invalid(format!("{what} is a duration of 0 or more, like 30*time.Second; got -{shown}")));
+    }
+    Ok(Duration::from_nanos(ns as u64))
+}
+
+/// The most permits a semaphore has: its limit is a `u32`.
+pub const MAX_SEMAPHORE_LIMIT: u32 = u32::MAX;
+
+/// A semaphore's limit given as a number: a whole number from 1 to
+/// 4,294,967,295. `got` is the value as the caller wrote it. Errors with
+/// `invalid`.
+pub fn semaphore_limit(n: f64, got: impl std::fmt::Display) -> Result<u32> {
+    if n.fract() != 0.0 || !(1.0..=MAX_SEMAPHORE_LIMIT as f64).contains(&n) {
+        return Err(Error::invalid(format!(
+            "a semaphore's limit is a whole number from 1 to {MAX_SEMAPHORE_LIMIT}, like 3; got {got}"
+        )));
+    }
+    Ok(n as u32)
+}
+
 /// Parses a duration written as a number and a unit: `"250ms"`, `"30s"`,
 /// `"2m"`, `"1h"` (also `"1.5s"`), or several in a row, largest first or
 /// not: `"1m30s"`, `"1h 30m"`. Errors with `invalid` otherwise, saying
@@ -175,5 +232,36 @@ mod tests {
         assert!(check_positive("wait", Duration::ZERO).is_err());
         assert_eq!(format_duration(Duration::from_secs(30)), "30s");
         assert_eq!(format_duration(Duration::from_millis(250)), "250ms");
+    }
+
+    #[test]
+    fn names_durations_given_as_numbers_are_finite_and_not_negative() {
+        assert_eq!(duration_from_number("ttl", 30.0, DurationUnit::Seconds, 30).unwrap(), Duration::from_secs(30));
+        assert_eq!(duration_from_number("ttl", 1500.0, DurationUnit::Milliseconds, 1500).unwrap(), Duration::from_millis(1500));
+        assert_eq!(duration_from_number("wait", 0.0, DurationUnit::Seconds, 0).unwrap(), Duration::ZERO);
+        for bad in [-1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e12, 1e300] {
+            let e = duration_from_number("wait", bad, DurationUnit::Seconds, bad).unwrap_err();
+            assert_eq!(e.code(), "invalid");
+            assert!(e.message().starts_with("wait is a duration: a number of seconds"), "{e}");
+            assert!(e.message().contains(&format!("got {bad}")), "{e}");
+        }
+        let e = duration_from_number("ttl", 1e15, DurationUnit::Milliseconds, "1e15").unwrap_err();
+        assert!(e.message().contains("milliseconds") && e.message().contains("30000"), "{e}");
+        assert_eq!(duration_from_nanos("ttl", 2_000_000_000).unwrap(), Duration::from_secs(2));
+        assert_eq!(duration_from_nanos("ttl", 0).unwrap(), Duration::ZERO);
+        let e = duration_from_nanos("wait", -5_000_000_000).unwrap_err();
+        assert!(e.message().contains("wait is a duration of 0 or more") && e.message().ends_with("got -5s"), "{e}");
+        assert!(duration_from_nanos("wait", -7).unwrap_err().message().ends_with("got -7ns"));
+    }
+
+    #[test]
+    fn names_a_semaphore_limit_is_a_whole_number_from_1_to_2_32_minus_1() {
+        assert_eq!(semaphore_limit(3.0, 3).unwrap(), 3);
+        assert_eq!(semaphore_limit(4294967295.0, 4294967295u64).unwrap(), u32::MAX);
+        for bad in [0.0, -1.0, 1.5, 4294967296.0, f64::NAN, f64::INFINITY] {
+            let e = semaphore_limit(bad, bad).unwrap_err();
+            assert_eq!(e.code(), "invalid");
+            assert!(e.message().contains("from 1 to 4294967295, like 3") && e.message().contains(&format!("got {bad}")), "{e}");
+        }
     }
 }

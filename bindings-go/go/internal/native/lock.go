@@ -7,7 +7,6 @@ import "C"
 
 import (
 	"context"
-	"math"
 	"runtime"
 	"sync"
 	"time"
@@ -29,17 +28,8 @@ type Fence struct{ Hi, Lo uint64 }
 
 // OpenLock opens the lock name, or the semaphore name of limit permits.
 func (s *Store) OpenLock(name string, semaphore bool, limit int, o LockOptions) (*Lock, error) {
-	for _, d := range []struct {
-		name string
-		d    *time.Duration
-	}{{"ttl", o.TTL}, {"maxHold", o.MaxHold}, {"wait", o.Wait}} {
-		if d.d != nil && *d.d <= 0 {
-			return nil, Invalid("%s must be positive, like 10*time.Second; got %v", d.name, *d.d)
-		}
-	}
-	if semaphore && (limit < 1 || uint64(limit) > math.MaxUint32) {
-		return nil, Invalid("a semaphore's limit is 1 to 4294967295 permits; got %d", limit)
-	}
+	// The core checks the durations (0 or more, then each option's range)
+	// and the limit (1 to 4294967295): Go passes them as they are.
 	var opts C.TsLockOptions
 	if o.TTL != nil {
 		opts.has_ttl, opts.ttl_ns = 1, C.int64_t(*o.TTL)
@@ -54,8 +44,7 @@ func (s *Store) OpenLock(name string, semaphore bool, limit int, o LockOptions) 
 	if semaphore {
 		sem = 1
 	}
-	// The core refuses a limit of 0; a negative one counts as 0.
-	lim := C.uint32_t(min(max(limit, 0), math.MaxUint32))
+	lim := C.int64_t(limit)
 	var p *C.TsLock
 	var e *C.TsError
 	np, nn := ptr(name)

@@ -6,10 +6,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::{Backend, BoxFuture, Done, LeaseBackend, LockBackend, SubscriptionBackend};
-use crate::api::lease::RawLease;
-use crate::api::store::Publish;
-use crate::api::subscription::RawSubscription;
+use super::{Backend, BackendLease, BackendSubscription, BoxFuture, Done, LeaseBackend, LockBackend, SubscriptionBackend};
+use crate::api::publish::Publish;
 use crate::base::error::{Error, Result};
 use crate::base::fence::Fence;
 use crate::base::key::Key;
@@ -70,10 +68,10 @@ impl Backend for Connected {
         runtime::block_on(self.client.end_ticket(ticket, msgs))
     }
 
-    fn subscribe<'a>(&'a self, channel: &'a str, branch: &'a [Key], scope: Scope, _resume: Option<Resume>) -> BoxFuture<'a, Result<RawSubscription>> {
+    fn subscribe<'a>(&'a self, channel: &'a str, branch: &'a [Key], scope: Scope, _resume: Option<Resume>) -> BoxFuture<'a, Result<BackendSubscription>> {
         Box::pin(async move {
             let sub = self.client.subscribe(channel, branch, scope).await?;
-            Ok(RawSubscription::new(Box::new(ConnectedSubscription(sub))))
+            Ok(Box::new(ConnectedSubscription(sub)) as BackendSubscription)
         })
     }
 
@@ -133,8 +131,8 @@ struct ConnectedLock {
     kind: Kind,
 }
 
-fn remote(h: RemoteLeaseHandle) -> RawLease {
-    RawLease::new(Arc::new(h))
+fn remote(h: RemoteLeaseHandle) -> BackendLease {
+    Arc::new(h)
 }
 
 impl LockBackend for ConnectedLock {
@@ -146,7 +144,7 @@ impl LockBackend for ConnectedLock {
         self.kind
     }
 
-    fn acquire(&self, key: Key, holder: Holder, terms: Terms, wait: Duration) -> BoxFuture<'_, Result<RawLease>> {
+    fn acquire(&self, key: Key, holder: Holder, terms: Terms, wait: Duration) -> BoxFuture<'_, Result<BackendLease>> {
         Box::pin(async move {
             self.client
                 .acquire(&self.name, self.kind, &key, holder, terms, Some(wait))
@@ -157,11 +155,11 @@ impl LockBackend for ConnectedLock {
     }
 
     /// Never at once over a connection: every hold asks the owner.
-    fn acquire_now(&self, _key: &Key, _holder: Holder, _terms: Terms) -> Result<Option<RawLease>> {
+    fn acquire_now(&self, _key: &Key, _holder: Holder, _terms: Terms) -> Result<Option<BackendLease>> {
         Ok(None)
     }
 
-    fn try_acquire(&self, key: Key, holder: Holder, terms: Terms) -> BoxFuture<'_, Result<Option<RawLease>>> {
+    fn try_acquire(&self, key: Key, holder: Holder, terms: Terms) -> BoxFuture<'_, Result<Option<BackendLease>>> {
         Box::pin(async move { Ok(self.client.acquire(&self.name, self.kind, &key, holder, terms, None).await?.map(remote)) })
     }
 }

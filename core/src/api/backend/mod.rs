@@ -3,6 +3,12 @@
 //! handles goes through it. [`owned`] serves the store from this process's
 //! engine; [`connected`] reaches another process's over the client. A
 //! third way to reach a store is one more implementation of these traits.
+//!
+//! The traits name no handle of the api: a backend gives a lease or a
+//! subscription as its own object, and the handle
+//! ([`RawLease`](crate::locks::RawLease),
+//! [`RawSubscription`](crate::channels::RawSubscription)) wraps it, so the
+//! handles import this module and not the other way round.
 
 pub(crate) mod connected;
 pub(crate) mod owned;
@@ -14,9 +20,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::api::lease::RawLease;
-use crate::api::store::Publish;
-use crate::api::subscription::RawSubscription;
+use crate::api::publish::Publish;
 use crate::base::error::{Error, Result};
 use crate::base::fence::Fence;
 use crate::base::key::Key;
@@ -31,6 +35,12 @@ pub(crate) type Done = Box<dyn FnOnce(Result<()>) + Send>;
 
 /// A future a backend gives back, boxed so the traits stay object safe.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A lease as a backend gives it, for a `RawLease` to wrap.
+pub(crate) type BackendLease = Arc<dyn LeaseBackend>;
+
+/// A subscription as a backend gives it, for a `RawSubscription` to wrap.
+pub(crate) type BackendSubscription = Box<dyn SubscriptionBackend>;
 
 /// Where a store's calls go. Names, keys and the store's own open state are
 /// checked by [`Store`](crate::Store) before a call reaches it.
@@ -54,7 +64,7 @@ pub(crate) trait Backend: Send + Sync {
     /// earlier tickets' (`None`: gives it up, the commit failed).
     fn end_ticket(&self, ticket: u64, msgs: Option<Vec<Held>>) -> Result<()>;
     /// Subscribes; resolves once the store has the subscription.
-    fn subscribe<'a>(&'a self, channel: &'a str, branch: &'a [Key], scope: Scope, resume: Option<Resume>) -> BoxFuture<'a, Result<RawSubscription>>;
+    fn subscribe<'a>(&'a self, channel: &'a str, branch: &'a [Key], scope: Scope, resume: Option<Resume>) -> BoxFuture<'a, Result<BackendSubscription>>;
     /// The lock or semaphore `name` of `kind`, declared with the store.
     fn lock<'a>(&'a self, name: &'a str, kind: Kind) -> BoxFuture<'a, Result<Arc<dyn LockBackend>>>;
     /// The status as JSON, with the owner's connections.
@@ -80,11 +90,11 @@ pub(crate) trait LockBackend: Send + Sync {
     fn name(&self) -> &str;
     fn kind(&self) -> Kind;
     /// Takes `key`, waiting up to `wait` in line (LOCK-03).
-    fn acquire(&self, key: Key, holder: Holder, terms: Terms, wait: Duration) -> BoxFuture<'_, Result<RawLease>>;
+    fn acquire(&self, key: Key, holder: Holder, terms: Terms, wait: Duration) -> BoxFuture<'_, Result<BackendLease>>;
     /// Takes `key` at once if free and nobody waits; `None` to wait in line.
-    fn acquire_now(&self, key: &Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>>;
+    fn acquire_now(&self, key: &Key, holder: Holder, terms: Terms) -> Result<Option<BackendLease>>;
     /// Takes `key` if it is free now; `None` otherwise.
-    fn try_acquire(&self, key: Key, holder: Holder, terms: Terms) -> BoxFuture<'_, Result<Option<RawLease>>>;
+    fn try_acquire(&self, key: Key, holder: Holder, terms: Terms) -> BoxFuture<'_, Result<Option<BackendLease>>>;
 }
 
 /// A lease as a backend holds it.

@@ -9,10 +9,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::{Backend, BoxFuture, Done, LeaseBackend, LockBackend, SubscriptionBackend};
-use crate::api::lease::RawLease;
-use crate::api::store::Publish;
-use crate::api::subscription::RawSubscription;
+use super::{Backend, BackendLease, BackendSubscription, BoxFuture, Done, LeaseBackend, LockBackend, SubscriptionBackend};
+use crate::api::publish::Publish;
 use crate::base::error::{Error, Result};
 use crate::base::fence::Fence;
 use crate::base::key::Key;
@@ -69,9 +67,9 @@ impl Backend for Owned {
         self.engine.end_ticket(ticket, msgs)
     }
 
-    fn subscribe<'a>(&'a self, channel: &'a str, branch: &'a [Key], scope: Scope, resume: Option<Resume>) -> BoxFuture<'a, Result<RawSubscription>> {
+    fn subscribe<'a>(&'a self, channel: &'a str, branch: &'a [Key], scope: Scope, resume: Option<Resume>) -> BoxFuture<'a, Result<BackendSubscription>> {
         let sub = self.engine.subscribe(channel, branch, scope, resume);
-        Box::pin(async move { Ok(RawSubscription::new(Box::new(sub?))) })
+        Box::pin(async move { Ok(Box::new(sub?) as BackendSubscription) })
     }
 
     fn lock<'a>(&'a self, name: &'a str, kind: Kind) -> BoxFuture<'a, Result<Arc<dyn LockBackend>>> {
@@ -139,8 +137,8 @@ impl Backend for Owned {
 /// or at `maxHold`: `terms.ttl` does not apply in the owning process.
 struct OwnedLock(Arc<Table>);
 
-fn local(lease: LocalLease) -> RawLease {
-    RawLease::new(lease.into_shared())
+fn local(lease: LocalLease) -> BackendLease {
+    lease.into_shared()
 }
 
 impl LockBackend for OwnedLock {
@@ -152,15 +150,15 @@ impl LockBackend for OwnedLock {
         self.0.kind()
     }
 
-    fn acquire(&self, key: Key, holder: Holder, terms: Terms, wait: Duration) -> BoxFuture<'_, Result<RawLease>> {
+    fn acquire(&self, key: Key, holder: Holder, terms: Terms, wait: Duration) -> BoxFuture<'_, Result<BackendLease>> {
         Box::pin(async move { self.0.acquire(key, holder, Terms { ttl: None, ..terms }, wait).await.map(local) })
     }
 
-    fn acquire_now(&self, key: &Key, holder: Holder, terms: Terms) -> Result<Option<RawLease>> {
+    fn acquire_now(&self, key: &Key, holder: Holder, terms: Terms) -> Result<Option<BackendLease>> {
         Ok(self.0.acquire_now(key, holder, Terms { ttl: None, ..terms })?.map(local))
     }
 
-    fn try_acquire(&self, key: Key, holder: Holder, terms: Terms) -> BoxFuture<'_, Result<Option<RawLease>>> {
+    fn try_acquire(&self, key: Key, holder: Holder, terms: Terms) -> BoxFuture<'_, Result<Option<BackendLease>>> {
         let r = self.0.try_acquire(key, holder, Terms { ttl: None, ..terms }).map(|l| l.map(local));
         Box::pin(std::future::ready(r))
     }
