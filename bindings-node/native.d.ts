@@ -41,14 +41,12 @@ export declare class NativeLease {
    * Ends the hold when its function ended (`bodyFailed`: it threw):
    * errors with `lost` when the lease had been lost, unless the
    * function's own error is on its way (LOCK-04, the core's rule).
-   * Idempotent.
+   * Undefined once the store let the key go (LOCK-01), or a promise of
+   * that: the event loop never waits on the owner's answer. Idempotent.
    */
-  end(bodyFailed: boolean): void
-  /**
-   * Lets the key go. Errors with `lost` when the lease had been lost:
-   * a release never pretends a lost lease was held. Idempotent.
-   */
-  release(): void
+  end(bodyFailed: boolean): void | Promise<void>
+  /** Lets the key go: `end` of a function that did not throw. */
+  release(): void | Promise<void>
 }
 
 /**

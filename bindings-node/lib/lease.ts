@@ -1,6 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks'
 
-import { LostError, sync } from './errors'
+import { LostError, now } from './errors'
 import { native, type NativeLease } from './native'
 
 /**
@@ -85,9 +85,11 @@ export async function runUnder<L extends Permit, R>(
   try {
     value = await holders.run(holder, () => fn(make(held)))
   } catch (err) {
-    held.end(true)
+    // The function's own error wins (the core gives no lost error then).
+    await now(() => held.end(true))
     throw err
   }
-  sync(() => held.end(false))
+  // Returns once the store let the key go (LOCK-01).
+  await now(() => held.end(false))
   return value
 }

@@ -10,7 +10,7 @@ use tinystore::locks::{HeldLease, Holder, Kind, LeaseState, LockHandle, LockOpti
 use tinystore::{RawLock, Store};
 
 use crate::convert::{self, JsDuration, JsKey};
-use crate::errors::{IntoNapi, invalid, to_napi};
+use crate::errors::{IntoNapi, invalid};
 use crate::ready::now_or_promise;
 use crate::uvread::UvReader;
 
@@ -154,16 +154,21 @@ impl NativeLease {
     /// Ends the hold when its function ended (`bodyFailed`: it threw):
     /// errors with `lost` when the lease had been lost, unless the
     /// function's own error is on its way (LOCK-04, the core's rule).
-    /// Idempotent.
-    #[napi]
-    pub fn end(&self, body_failed: bool) -> napi::Result<()> {
-        self.held.end(body_failed).map_err(to_napi)
+    /// Undefined once the store let the key go (LOCK-01), or a promise of
+    /// that: the event loop never waits on the owner's answer. Idempotent.
+    #[napi(ts_return_type = "void | Promise<void>")]
+    pub fn end<'env>(&self, env: &'env Env, body_failed: bool) -> napi::Result<Either<(), PromiseRaw<'env, ()>>> {
+        if !self.held.is_held() {
+            return Ok(Either::A(()));
+        }
+        // Sent in the first poll, on this thread.
+        let held = self.held.clone();
+        now_or_promise(env, async move { held.end_async(body_failed).await.napi() })
     }
 
-    /// Lets the key go. Errors with `lost` when the lease had been lost:
-    /// a release never pretends a lost lease was held. Idempotent.
-    #[napi]
-    pub fn release(&self) -> napi::Result<()> {
-        self.end(false)
+    /// Lets the key go: `end` of a function that did not throw.
+    #[napi(ts_return_type = "void | Promise<void>")]
+    pub fn release<'env>(&self, env: &'env Env) -> napi::Result<Either<(), PromiseRaw<'env, ()>>> {
+        self.end(env, false)
     }
 }

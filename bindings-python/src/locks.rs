@@ -119,20 +119,25 @@ impl NativeLease {
 
     /// Ends the hold when its block ended (`body_failed`: the block raised):
     /// raises `LostError` if the lease had been lost, unless the block's own
-    /// error is on its way (LOCK-04, the core's rule). Idempotent.
+    /// error is on its way (LOCK-04, the core's rule). None once the store
+    /// let the key go (LOCK-01), or a `Pending` of it: the loop is never
+    /// blocked on the owner's answer. Idempotent.
     #[pyo3(signature = (body_failed=false))]
-    fn end(&self, py: Python<'_>, body_failed: bool) -> PyResult<()> {
+    fn end(&self, py: Python<'_>, body_failed: bool) -> PyResult<Py<PyAny>> {
         if !self.held.is_held() {
-            return Ok(());
+            return Ok(py.None());
         }
         let held = self.held.clone();
-        // A waiter of this process granted by it completes on this thread.
-        error::check(py, py.detach(move || tinystore::runtime::on_loop(|| held.end(body_failed))))
+        // Sent in the first poll, on this thread: a waiter of this process
+        // granted by it completes here.
+        run_future(py, async move {
+            held.end_async(body_failed).await?;
+            Ok(value(()))
+        })
     }
 
-    /// Lets the key go; raises `LostError` if the lease had been lost.
-    /// Idempotent.
-    fn release(&self, py: Python<'_>) -> PyResult<()> {
+    /// Lets the key go: `end` of a block that did not raise.
+    fn release(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         self.end(py, false)
     }
 

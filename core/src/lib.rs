@@ -55,7 +55,7 @@ pub mod channels {
 /// Locks and semaphores: one holder of a key at a time (or `limit` permits).
 pub mod locks {
     pub use crate::api::locks::{
-        HeldLease, Lease, LeaseState, Lock, LockBuilder, LockHandle, LockOptions, Permit, Semaphore, SemaphoreBuilder, end_of_hold,
+        HeldLease, Lease, LeaseState, Lock, LockBuilder, LockHandle, LockOptions, Permit, Semaphore, SemaphoreBuilder, end_of_hold, end_of_hold_async,
     };
     pub use crate::api::lease::RawLease;
     pub use crate::engine::locks::{Holder, HolderStatus, Kind, KeyStatus, Terms};

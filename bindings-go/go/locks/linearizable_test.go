@@ -33,6 +33,7 @@ const maxKeys = 4
 type lockInput struct {
 	key     int
 	release bool
+	refused bool        // a TryHold that found the key held
 	fence   locks.Fence // of the release
 }
 
@@ -45,6 +46,9 @@ var lockModel = porcupine.Model{
 	Init: func() any { return lockState{} },
 	Step: func(state, input, output any) (bool, any) {
 		s, in := state.(lockState), input.(lockInput)
+		if in.refused {
+			return !s.holder[in.key].IsZero(), s
+		}
 		if in.release {
 			ok := !in.fence.IsZero() && s.holder[in.key] == in.fence
 			s.holder[in.key] = locks.Fence{}
@@ -57,6 +61,9 @@ var lockModel = porcupine.Model{
 	},
 	DescribeOperation: func(input, output any) string {
 		in := input.(lockInput)
+		if in.refused {
+			return fmt.Sprintf("tryHold(%d) refused", in.key)
+		}
 		if in.release {
 			return fmt.Sprintf("release(%d, %s)", in.key, in.fence)
 		}
@@ -74,10 +81,8 @@ type held struct {
 }
 
 // ops is the hold as two operations of the history: acquire and release.
-// A release over a connection is sent without waiting for the owner's
-// answer (the connection keeps its order), so Released may come before the
-// owner lets the key go; no other holder can be granted meanwhile, so the
-// check is no weaker for it.
+// Released comes after the owner let the key go: a hold returns only then
+// (LOCK-01), also over a connection.
 func (h held) ops() []porcupine.Operation {
 	return []porcupine.Operation{
 		{ClientId: h.Client, Input: lockInput{key: h.Key}, Call: h.Call, Output: h.Fence, Return: h.Granted},
@@ -153,7 +158,12 @@ func holdConcurrently(l *locks.Lock, first, n, keys, rounds int) ([]held, error)
 // files and names it.
 func checkLinearizable(t *testing.T, hs []held) {
 	t.Helper()
-	ops := history(hs)
+	checkLinearizableOps(t, history(hs))
+}
+
+// checkLinearizableOps is checkLinearizable for a history of operations.
+func checkLinearizableOps(t *testing.T, ops []porcupine.Operation) {
+	t.Helper()
 	res, info := porcupine.CheckOperationsVerbose(lockModel, ops, 20*time.Second)
 	if res == porcupine.Ok {
 		return

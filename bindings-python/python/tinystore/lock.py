@@ -64,7 +64,7 @@ class _Hold(Generic[L]):
         self, et: Optional[Type[BaseException]], e: Optional[BaseException], tb: Optional[TracebackType]
     ) -> bool:
         if self._lease is not None:
-            release(self._lease, et)
+            await release(self._lease, et, self._watch)
             self._lease = None
         return False
 
@@ -96,16 +96,19 @@ class _TryHold(Generic[L]):
         self, et: Optional[Type[BaseException]], e: Optional[BaseException], tb: Optional[TracebackType]
     ) -> bool:
         if self._lease is not None:
-            release(self._lease, et)
+            await release(self._lease, et, self._watch)
             self._lease = None
         return False
 
 
-def release(native_lease: _native.NativeLease, et: Optional[Type[BaseException]]) -> None:
-    """Ends the hold when a block ends: the core raises ``LostError`` for a
-    lease lost while the block ran, unless the block raised its own error,
-    which then reaches the caller unchanged (LOCK-04)."""
-    native_lease.end(et is not None)
+async def release(
+    native_lease: _native.NativeLease, et: Optional[Type[BaseException]], watch: Optional[_aio.LoopWatch]
+) -> None:
+    """Ends the hold when a block ends, and returns once the store let the
+    key go (LOCK-01): the core raises ``LostError`` for a lease lost while
+    the block ran, unless the block raised its own error, which then reaches
+    the caller unchanged (LOCK-04)."""
+    await _aio.result_of(native_lease.end(et is not None), watch)
 
 
 class _Handle:

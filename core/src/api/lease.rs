@@ -7,6 +7,7 @@ use crate::api::backend::LeaseBackend;
 use crate::base::error::{Error, Result};
 use crate::base::fence::Fence;
 use crate::base::key::Key;
+use crate::runtime;
 
 /// A lease as the engine gives it: the boundary the bindings build on. Rust
 /// programs get a [`Lease`](crate::Lease) inside `hold` instead.
@@ -59,9 +60,26 @@ impl RawLease {
     pub fn time_left(&self) -> Option<Duration> {
         self.inner.time_left()
     }
-    /// Lets the key go. Errors with `lost` if the lease had been lost: a
-    /// release never pretends a lost lease was held (LOCK-04).
+    /// Lets the key go, and returns once the store did (LOCK-01): another
+    /// process told by any path then finds the key free. Errors with `lost`
+    /// if the lease had been lost: a release never pretends a lost lease was
+    /// held (LOCK-04); `closed` when the store could not be reached within
+    /// the request timeout (the store then lets the key go at the lease's
+    /// ttl). Blocks: from async code use [`release_async`](Self::release_async).
     pub fn release(self) -> Result<()> {
+        let done = self.inner.release();
+        if tokio::task::try_id().is_some() {
+            // Inside an async task, blocking could stall the thread that
+            // reads the answer: the release goes on in the background.
+            runtime::spawn(done);
+            return Ok(());
+        }
+        runtime::block_on(done)
+    }
+
+    /// As [`release`](Self::release), without blocking: the release is sent
+    /// within this call, the future resolves once the store let the key go.
+    pub fn release_async(self) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
         self.inner.release()
     }
 
@@ -72,8 +90,15 @@ impl RawLease {
 }
 
 impl Drop for RawLease {
+    /// Lets the key go without waiting (a no-op after `release`): the
+    /// release still gets its answer and is retried after a reconnect.
     fn drop(&mut self) {
-        let _ = self.inner.release();
+        let mut done = self.inner.release();
+        // Polled once here: an owned release, or one already made, is done.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if done.as_mut().poll(&mut cx).is_pending() {
+            runtime::spawn(done);
+        }
     }
 }
 

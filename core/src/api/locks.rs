@@ -1,6 +1,7 @@
 //! The typed Rust API of locks and semaphores.
 
 use std::cell::Cell;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -280,10 +281,22 @@ fn run<L, T, E: From<Error>>(lease: L, raw: impl FnOnce(L) -> RawLease, f: impl 
 /// error the hold ends with. A lease lost while the body ran is a `lost`
 /// error even if the body succeeded (a release never pretends a lost lease
 /// was held); when the body failed, its own error wins and this is `Ok`
-/// (LOCK-04).
+/// (LOCK-04). Returns once the store let the key go (LOCK-01); blocks: from
+/// async code or a host's event loop use [`end_of_hold_async`].
 pub fn end_of_hold(lease: RawLease, body_failed: bool) -> Result<()> {
     let released = lease.release();
     if body_failed { Ok(()) } else { released }
+}
+
+/// As [`end_of_hold`], without blocking: the release is sent within this
+/// call (later requests on the connection follow it, none waits for it), and
+/// the future resolves with the hold's outcome once the store let the key go.
+pub fn end_of_hold_async(lease: RawLease, body_failed: bool) -> impl Future<Output = Result<()>> + Send + 'static {
+    let released = lease.release_async();
+    async move {
+        let released = released.await;
+        if body_failed { Ok(()) } else { released }
+    }
 }
 
 /// Builds a [`Semaphore`]: `store.semaphore("exports").limit(3).open()?`.
@@ -480,13 +493,50 @@ impl HeldLease {
     }
 
     /// Ends the hold ([`end_of_hold`]): the error to raise when the body
-    /// ended, given whether the body itself failed. Later calls do nothing.
+    /// ended, given whether the body itself failed. Returns once the store
+    /// let the key go (LOCK-01); blocks, so a binding on an event loop uses
+    /// [`end_async`](Self::end_async). Later calls do nothing.
     pub fn end(&self, body_failed: bool) -> Result<()> {
-        let Some(raw) = self.raw.lock().take() else { return Ok(()) };
+        let Some(raw) = self.take() else { return Ok(()) };
+        let released = raw.release();
+        self.ended_with(&released);
+        if body_failed { Ok(()) } else { released }
+    }
+
+    /// As [`end`](Self::end), without blocking: the release is sent within
+    /// this call, and the future resolves with the hold's outcome once the
+    /// store let the key go (LOCK-01). A release cut off before its answer
+    /// is sent again after a reconnect with the lease id and fence; past the
+    /// request timeout it ends with `closed`, saying when the ttl lets the
+    /// key go. Later calls resolve to `Ok` at once.
+    pub fn end_async(self: &Arc<Self>, body_failed: bool) -> impl Future<Output = Result<()>> + Send + 'static {
+        let released = self.take().map(RawLease::release_async);
+        let me = self.clone();
+        async move {
+            let Some(released) = released else { return Ok(()) };
+            let released = released.await;
+            me.ended_with(&released);
+            if body_failed { Ok(()) } else { released }
+        }
+    }
+
+    /// Takes the lease to end it, noting first whether it was lost.
+    fn take(&self) -> Option<RawLease> {
+        let raw = self.raw.lock().take()?;
         if raw.is_lost() {
             *self.lost.lock() = Some(raw.lost_error());
         }
-        let r = end_of_hold(raw, body_failed);
+        Some(raw)
+    }
+
+    /// The state once the release was answered: lost if it was, or the
+    /// store said so, else released.
+    fn ended_with(&self, released: &Result<()>) {
+        if let Err(e) = released
+            && e.kind() == ErrorKind::Lost
+        {
+            self.lost.lock().get_or_insert_with(|| e.clone());
+        }
         self.state.send_if_modified(|s| {
             let held = *s == LeaseState::Held;
             if held {
@@ -494,7 +544,6 @@ impl HeldLease {
             }
             held
         });
-        r
     }
 
     /// Resolves when the lease is no longer held: `Lost` or `Released`.

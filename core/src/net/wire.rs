@@ -109,8 +109,9 @@ pub struct Request<'a> {
     /// `false` gives it up (the commit failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deliver: Option<bool>,
-    /// release: `true` when the client wants no answer (it does not wait
-    /// for one); the store then sends none, not even an error.
+    /// release: `true` when the client wants no answer; the store then
+    /// sends none, not even an error. Served for older clients: ours wait
+    /// for the answer (LOCK-01).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quiet: Option<bool>,
 }

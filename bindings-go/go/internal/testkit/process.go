@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -63,6 +64,7 @@ func StartOwner(t testing.TB, dir string) *Child {
 type Child struct {
 	cmd   *exec.Cmd
 	lines chan string
+	stdin io.WriteCloser
 }
 
 // StartHelper runs this test binary again as the helper name, with env
@@ -76,10 +78,14 @@ func StartHelper(t testing.TB, name string, env ...string) *Child {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &Child{cmd: cmd, lines: make(chan string, 64)}
+	c := &Child{cmd: cmd, lines: make(chan string, 64), stdin: in}
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
@@ -104,6 +110,20 @@ func (c *Child) Line(t testing.TB, prefix string, d time.Duration) string {
 		if rest, found := strings.CutPrefix(c.next(t, deadline, prefix, d), prefix); found {
 			return strings.TrimSpace(rest)
 		}
+	}
+}
+
+// Next gives the child's next line, waiting up to d.
+func (c *Child) Next(t testing.TB, d time.Duration) string {
+	t.Helper()
+	return c.next(t, time.After(d), "a line", d)
+}
+
+// Send writes line to the child's standard input (a pipe).
+func (c *Child) Send(t testing.TB, line string) {
+	t.Helper()
+	if _, err := io.WriteString(c.stdin, line+"\n"); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -189,7 +189,7 @@ impl LeaseBackend for RemoteLeaseHandle {
     fn time_left(&self) -> Option<Duration> {
         RemoteLeaseHandle::time_left(self)
     }
-    fn release(&self) -> Result<()> {
+    fn release(&self) -> BoxFuture<'static, Result<()>> {
         RemoteLeaseHandle::release(self)
     }
     fn lost_error(&self) -> Error {

@@ -107,8 +107,10 @@ pub(crate) trait LeaseBackend: Send + Sync {
     fn on_lost(&self, f: Box<dyn FnOnce() + Send>);
     fn renew(&self) -> Result<()>;
     fn time_left(&self) -> Option<Duration>;
-    /// Lets the key go; `lost` if the lease had been lost. Idempotent.
-    fn release(&self) -> Result<()>;
+    /// Lets the key go, started within this call (later calls on the
+    /// connection follow it); the future resolves once the store let the
+    /// key go (LOCK-01). `lost` if the lease had been lost. Idempotent.
+    fn release(&self) -> BoxFuture<'static, Result<()>>;
     fn lost_error(&self) -> Error;
 }
 

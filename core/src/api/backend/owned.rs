@@ -189,8 +189,8 @@ impl LeaseBackend for LeaseShared {
     fn time_left(&self) -> Option<Duration> {
         LeaseShared::time_left(self)
     }
-    fn release(&self) -> Result<()> {
-        LeaseShared::release(self)
+    fn release(&self) -> BoxFuture<'static, Result<()>> {
+        Box::pin(std::future::ready(LeaseShared::release(self)))
     }
     fn lost_error(&self) -> Error {
         LeaseShared::lost_error(self)

@@ -15,6 +15,8 @@ use crate::base::key::Key;
 use crate::net::wire::Request;
 use crate::runtime;
 
+type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
 /// A lease held over the wire, renewed every third of its ttl by the engine.
 pub(crate) struct RemoteLease {
     pub(super) client: std::sync::Weak<Client>,
@@ -310,30 +312,25 @@ impl RemoteLeaseHandle {
     pub(crate) fn lost_error(&self) -> Error {
         self.lease.lost_error()
     }
-    /// Lets the lease go without waiting for the answer (order is kept on
-    /// the connection). Errors with `lost` when the lease had been lost.
-    pub(crate) fn release(&self) -> Result<()> {
+    /// Lets the lease go: sent now (order is kept on the connection, and
+    /// other requests need not wait), and the future resolves once the
+    /// owner answered that the key is free (LOCK-01). Errors with `lost`
+    /// when the lease had been lost.
+    pub(crate) fn release(&self) -> BoxFuture<'static, Result<()>> {
         let l = &self.lease;
         if self.is_lost() {
-            return Err(l.lost_error());
+            return Box::pin(std::future::ready(Err(l.lost_error())));
         }
         if l.released.swap(true, Ordering::AcqRel) {
-            return Ok(());
+            return Box::pin(std::future::ready(Ok(())));
         }
         if let Some(t) = l.sched.lock().timer.take() {
             runtime::cancel(t);
         }
-        if let Some(c) = l.client.upgrade() {
-            c.leases.lock().remove(&l.id());
-            if let Ok(conn) = c.current() {
-                let mut r = Request::new(0, "release");
-                r.lease = Some(l.id());
-                r.fence = l.fence;
-                // Not waited for: no answer to read (a wake-up saved).
-                r.quiet = Some(true);
-                let _ = c.send_on(&conn, &mut r, false);
-            }
-        }
-        Ok(())
+        let Some(c) = l.client.upgrade() else { return Box::pin(std::future::ready(Ok(()))) };
+        c.leases.lock().remove(&l.id());
+        let first = c.send_release(l.id(), l.fence);
+        let (id, fence, key, deadline) = (l.id(), l.fence, l.key.clone(), *l.deadline.lock());
+        Box::pin(async move { c.released(first, id, fence, key, deadline).await })
     }
 }

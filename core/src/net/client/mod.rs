@@ -18,6 +18,7 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::engine::channels::{Event, Msg, Scope};
 use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::fence::Fence;
 use crate::base::key::Key;
 use crate::engine::locks::{Holder, Kind, Terms};
 use crate::engine::tickets::Held;
@@ -804,6 +805,64 @@ impl Client {
         }
     }
 
+    /// Sends a lease's release now, its answer awaited ([`Self::released`]).
+    pub(super) fn send_release(&self, lease: u64, fence: Option<Fence>) -> Result<AnswerRx> {
+        let conn = self.current()?;
+        let mut r = Request::new(0, "release");
+        r.lease = Some(lease);
+        r.fence = fence;
+        Ok(self.send_on(&conn, &mut r, true)?.expect("an answer is awaited"))
+    }
+
+    /// Waits for a release's answer: the owner let the key go (LOCK-01).
+    /// Cut off before its answer (or sent while reconnecting), it is sent
+    /// again on the next connection with the same lease id and fence, up to
+    /// the request timeout; a retry told the lease is not held means the
+    /// first one took effect.
+    pub(super) async fn released(self: Arc<Self>, first: Result<AnswerRx>, lease: u64, fence: Option<Fence>, key: Key, deadline: Instant) -> Result<()> {
+        let since = Instant::now();
+        let until = since + self.request_timeout();
+        let mut next = first;
+        let mut retried = false;
+        loop {
+            let answer = match next {
+                Ok(mut rx) => {
+                    let conn = self.conn.lock().clone();
+                    std::future::poll_fn(|cx| {
+                        let p = std::pin::Pin::new(&mut rx).poll(cx);
+                        if p.is_pending() {
+                            runtime::read_while_blocked(|| conn.as_ref().and_then(|c| c.blocked_reader()));
+                        }
+                        p
+                    })
+                    .await
+                    .unwrap_or_else(|_| Err(disconnected()))
+                }
+                Err(e) => Err(e),
+            };
+            match answer {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Lost && retried => return Ok(()),
+                Err(e) if is_disconnected(&e) => {
+                    if !self.reconnected(until).await {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        return Err(Error::new(
+                            ErrorKind::Closed,
+                            format!(
+                                "could not reach the store to let key {key} go (lease {lease}) for {}: the store lets it go by itself when the lease's ttl runs out, in about {}; check the store is running",
+                                crate::base::limits::format_duration(since.elapsed()),
+                                crate::base::limits::format_duration(left)
+                            ),
+                        ));
+                    }
+                    retried = true;
+                    next = self.send_release(lease, fence);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Sends a publish now; the receiver gets the store's answer.
     pub(crate) fn publish_send(&self, channel: &str, branch: &[Key], data: &[u8]) -> Result<(AnswerRx, Option<Arc<dyn runtime::ReadWhileBlocked>>)> {
         let (tx, rx) = oneshot::channel();
@@ -1015,7 +1074,7 @@ impl Client {
                         // The owner granted it in time by its own clock, but
                         // the request reached it late (it was frozen): this
                         // hold's wait is over, so the key goes to the next.
-                        let _ = handle.release();
+                        let _ = handle.release().await;
                         return Err(Error::new(
                             ErrorKind::Timeout,
                             format!(
@@ -1066,16 +1125,25 @@ impl Client {
     /// Waits (up to `limit`) until every publish sent has its answer, with
     /// the socket read by the engine meanwhile: publishes a program made
     /// just before closing settle as what they are (delivered), not as
-    /// `closed`.
+    /// `closed`. And closing drains: a `ping` sent last is answered only
+    /// after the owner forwarded to this connection's subscriptions what
+    /// its branches held when the ping came, so once its answer is read
+    /// every message the store took before the close is in their inboxes.
     pub(crate) async fn settle_publishes(&self, limit: Duration) {
         let Ok(conn) = self.current() else { return };
+        let end = tokio::time::Instant::now() + limit;
+        // Sent before `closing` is set, which refuses new calls.
+        let drained = if self.subs.lock().is_empty() { None } else { self.send_on(&conn, &mut Request::new(0, "ping"), true).ok().flatten() };
         // No new call starts from here (they fail with `closed`).
         self.closing.store(true, Ordering::Release);
         if let Some(shared) = &conn.shared {
             shared.give_back();
         }
         conn.sink.uncork();
-        let end = tokio::time::Instant::now() + limit;
+        if let Some(rx) = drained {
+            // Its answer comes after those of the publishes sent before it.
+            let _ = tokio::time::timeout_at(end, rx).await;
+        }
         while conn.publishing.load(Ordering::Acquire) > 0 && conn.alive.load(Ordering::Acquire) && tokio::time::Instant::now() < end {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }

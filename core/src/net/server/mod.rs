@@ -501,6 +501,21 @@ impl Forwarder {
         }
     }
 
+    /// Forwards what is ready, from this thread, before the caller's next
+    /// write (a `ping`'s answer). Not through [`OneAtATime`](runtime::OneAtATime):
+    /// a drain running elsewhere holds `sub`, so this waits for it and its
+    /// writes come first.
+    fn flush(self: &Arc<Self>) {
+        match self.drain() {
+            Drained::Waiting => {}
+            Drained::NoRoom => self.kick.notify_one(),
+            Drained::Ended => {
+                self.stopped.store(true, Ordering::Release);
+                self.kick.notify_one();
+            }
+        }
+    }
+
     /// Stops it for good: the branch no longer keeps messages for it.
     fn stop(&self) {
         self.stopped.store(true, Ordering::Release);

@@ -68,6 +68,12 @@ impl ServedConnection {
             "status" => self.status(&engine, r),
             "shutdown" => self.shutdown(r),
             "ping" => {
+                // Answered after what this connection's subscriptions can
+                // read now: a closing client drains up to here.
+                runtime::run_woken(&mut self.woken);
+                for f in self.subs.values() {
+                    f.flush();
+                }
                 answer_ok(&self.out, r.id, &());
                 Ok(())
             }
