@@ -761,6 +761,12 @@ impl Client {
 
     /// [`send_with`](Client::send_with), giving back the answer unsent.
     fn try_send(&self, conn: &Arc<OwnerConnection>, r: &mut Request<'_>, answer: Option<Answer>, later: bool) -> std::result::Result<(), (Error, Option<Answer>)> {
+        // A forked child shares the parent's socket: a frame written from it
+        // (a lazily declared lock's acquire, a dropped lease's release) would
+        // act on the parent's session, e.g. release the parent's lease.
+        if let Err(e) = runtime::check_not_forked() {
+            return Err((e, answer));
+        }
         r.id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = wire::frame(&r);
         if frame.len() - 4 > wire::MAX_FRAME_BYTES {
