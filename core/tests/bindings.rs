@@ -71,6 +71,23 @@ fn lock_04_held_lease_state_released_or_lost() {
     }
 }
 
+/// LOCK-04: `ended` awaited while the hold is still held wakes when another
+/// thread ends it, owned and connected (the state change wakes its waiters).
+#[test]
+fn lock_04_held_lease_ended_wakes_when_another_thread_ends_the_hold() {
+    let (owner, client, _d) = owner_and_client();
+    for store in [&owner, &client] {
+        let h = std::sync::Arc::new(HeldLease::new(lease(store, 12, Terms { ttl: Some(Duration::from_secs(5)), max_hold: None })));
+        let ender = h.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            ender.end(false)
+        });
+        assert_eq!(runtime::block_on(h.ended()), LeaseState::Released);
+        assert!(t.join().unwrap().is_ok());
+    }
+}
+
 /// NAMES, LOCK-08: a lock handle checks its name, limit and options when
 /// made; owned, a conflicting kind is refused at once; connected, making
 /// it never waits for the owner and the conflict surfaces at the first use.

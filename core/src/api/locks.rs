@@ -418,19 +418,54 @@ pub struct HeldLease {
     raw: parking_lot::Mutex<Option<RawLease>>,
     fence: Option<Fence>,
     key: Key,
-    state: tokio::sync::watch::Sender<LeaseState>,
+    state: Arc<StateCell>,
     /// Why it was lost, kept once the lease is ended.
     lost: parking_lot::Mutex<Option<Error>>,
+}
+
+/// A [`HeldLease`]'s state, shared with the lease's on-lost callback. An
+/// atomic and one `Notify` rather than a `watch` channel: a hold pays for a
+/// state change on every end, and `watch` wakes eight `Notify`s each time
+/// (docs/performance.md, "HeldLease's state").
+struct StateCell {
+    state: std::sync::atomic::AtomicU8,
+    changed: tokio::sync::Notify,
+    /// Whether the lease's on-lost callback was asked for: only by
+    /// [`HeldLease::ended`], so a hold nobody watches registers none.
+    watched: std::sync::atomic::AtomicBool,
+}
+
+impl StateCell {
+    const HELD: u8 = 0;
+    const RELEASED: u8 = 1;
+    const LOST: u8 = 2;
+
+    fn get(&self) -> LeaseState {
+        match self.state.load(std::sync::atomic::Ordering::SeqCst) {
+            Self::HELD => LeaseState::Held,
+            Self::RELEASED => LeaseState::Released,
+            _ => LeaseState::Lost,
+        }
+    }
+
+    /// Leaves `Held` for `to`; nothing if it has left already.
+    fn leave_held(&self, to: LeaseState) {
+        let to = match to {
+            LeaseState::Held => return,
+            LeaseState::Released => Self::RELEASED,
+            LeaseState::Lost => Self::LOST,
+        };
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.state.compare_exchange(Self::HELD, to, SeqCst, SeqCst).is_ok() {
+            self.changed.notify_waiters();
+        }
+    }
 }
 
 impl HeldLease {
     /// Keeps `raw`, and follows it to its end.
     pub fn new(raw: RawLease) -> HeldLease {
-        let state = tokio::sync::watch::Sender::new(LeaseState::Held);
-        let told = state.clone();
-        raw.on_lost(move || {
-            told.send_if_modified(|s| std::mem::replace(s, LeaseState::Lost) == LeaseState::Held);
-        });
+        let state = Arc::new(StateCell { state: StateCell::HELD.into(), changed: tokio::sync::Notify::new(), watched: false.into() });
         HeldLease {
             fence: raw.fence(),
             key: raw.key().clone(),
@@ -456,9 +491,9 @@ impl HeldLease {
         if let Some(raw) = self.raw.lock().as_ref()
             && raw.is_lost()
         {
-            self.state.send_if_modified(|s| std::mem::replace(s, LeaseState::Lost) == LeaseState::Held);
+            self.state.leave_held(LeaseState::Lost);
         }
-        *self.state.borrow()
+        self.state.get()
     }
 
     /// True once lost (see [`state`](Self::state)).
@@ -537,21 +572,27 @@ impl HeldLease {
         {
             self.lost.lock().get_or_insert_with(|| e.clone());
         }
-        self.state.send_if_modified(|s| {
-            let held = *s == LeaseState::Held;
-            if held {
-                *s = if self.lost.lock().is_some() { LeaseState::Lost } else { LeaseState::Released };
-            }
-            held
-        });
+        let lost = self.lost.lock().is_some();
+        self.state.leave_held(if lost { LeaseState::Lost } else { LeaseState::Released });
     }
 
     /// Resolves when the lease is no longer held: `Lost` or `Released`.
     pub async fn ended(&self) -> LeaseState {
-        let mut rx = self.state.subscribe();
-        match rx.wait_for(|s| *s != LeaseState::Held).await {
-            Ok(s) => *s,
-            Err(_) => self.state(),
+        if !self.state.watched.swap(true, Ordering::AcqRel)
+            && let Some(raw) = self.raw.lock().as_ref()
+        {
+            let told = self.state.clone();
+            raw.on_lost(move || told.leave_held(LeaseState::Lost));
+        }
+        loop {
+            // Enabled before the state is read, so a change between the two
+            // still wakes it.
+            let mut changed = std::pin::pin!(self.state.changed.notified());
+            changed.as_mut().enable();
+            match self.state() {
+                LeaseState::Held => changed.await,
+                s => return s,
+            }
         }
     }
 }
