@@ -491,3 +491,47 @@ fn lock_05_fence_02_cluster_frozen_holder_loses_key_and_its_late_write_is_refuse
     }
     assert_eq!(db.query::<S>("select summary from chats where id = 7").unwrap()[0].summary, "by B");
 }
+
+fn cli(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tinystore")).args(args).output().unwrap()
+}
+
+/// The CLI on a cluster store: `cluster init` makes the epoch once,
+/// `cluster bump-epoch` raises it, `lock ADDRESS hold` runs a command
+/// under a lease, and `status ADDRESS` shows etcd's members and leader and
+/// the held key with its fence, holder and time left, and its waiter.
+#[test]
+fn lock_02_cluster_the_cli_makes_and_bumps_the_epoch_holds_and_shows_status() {
+    let c = Cluster::shared();
+    let address = c.address("cli");
+    let out = cli(&["cluster", "init", &address]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let first = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(first.starts_with("made epoch "), "{first}");
+    let again = String::from_utf8_lossy(&cli(&["cluster", "init", &address]).stdout).to_string();
+    assert_eq!(again.replace("already had", "made"), first);
+    let bumped = String::from_utf8_lossy(&cli(&["cluster", "bump-epoch", &address]).stdout).to_string();
+    assert!(bumped.starts_with(&format!("epoch {} -> ", first.trim().strip_prefix("made epoch ").unwrap())), "{bumped}");
+    let mut holder = std::process::Command::new(env!("CARGO_BIN_EXE_tinystore"))
+        .args(["lock", &address, "hold", "jobs", "7", "--ttl", "5s", "--", "sh", "-c", "echo $TINYSTORE_FENCE; sleep 3"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(holder.stdout.take().unwrap()), &mut line).unwrap();
+    let fence: Fence = line.trim().parse().unwrap();
+    let s = connect(&c, "cli");
+    let raw = s.lock_raw("jobs", Kind::Lock).unwrap();
+    let terms = Terms { ttl: Some(Duration::from_secs(5)), max_hold: None };
+    let waiter = std::thread::spawn(move || runtime::block_on(raw.acquire("7".into(), Holder::unique(), terms, Duration::from_secs(10))).map(|l| l.fence()));
+    assert!(common::eventually(3000, || keys(&c, "cli").len() == 2));
+    let status = String::from_utf8_lossy(&cli(&["status", &address]).stdout).to_string();
+    assert!(status.contains("etcd members: 3") && status.contains("(leader)"), "{status}");
+    assert!(status.contains("jobs/7") && status.contains(&format!("fence {fence}")) && status.contains("waiting holder"), "{status}");
+    assert!(holder.wait().unwrap().success());
+    let next = waiter.join().unwrap().unwrap().unwrap();
+    assert!(next > fence);
+    let e = cli(&["cluster", "init", "etcd://127.0.0.1:2379"]);
+    assert_eq!(e.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&e.stderr).contains("no key prefix"));
+}
