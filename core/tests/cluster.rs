@@ -535,3 +535,22 @@ fn lock_02_cluster_the_cli_makes_and_bumps_the_epoch_holds_and_shows_status() {
     assert_eq!(e.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&e.stderr).contains("no key prefix"));
 }
+
+/// etcd's own authentication: with auth enabled, a store connects with
+/// the user and password given as connect options (or from the
+/// environment); a wrong password is an `auth` error.
+#[test]
+fn store_cluster_connects_with_etcd_user_and_password() {
+    let c = Cluster::start();
+    for args in [&["user", "add", "root:rootpw"][..], &["role", "add", "root"], &["user", "grant-role", "root", "root"], &["auth", "enable"]] {
+        let out = c.etcdctl(args);
+        assert!(out.status.success(), "etcdctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let s = Store::connect_with(&c.address("auth"), ConnectOptions::new().etcd_user("root", "rootpw")).unwrap();
+    let f = one_fence(&s);
+    assert_eq!(f.epoch(), s.epoch());
+    let e = Store::connect_with(&c.address("auth"), ConnectOptions::new().etcd_user("root", "wrong")).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
+    let e = Store::connect(&c.address("auth")).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Auth, "without a user: {e}");
+}

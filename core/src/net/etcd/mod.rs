@@ -137,6 +137,8 @@ fn now_ms() -> u64 {
 pub(crate) fn etcd_error(what: &str, e: etcd_client::Error) -> Error {
     use etcd_client::Error as E;
     let kind = match &e {
+        // etcd says a wrong password with InvalidArgument.
+        E::GRpcStatus(s) if s.message().contains("authentication failed") || s.message().contains("user name is empty") || s.message().contains("invalid auth token") => ErrorKind::Auth,
         E::GRpcStatus(s) => match s.code() {
             tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => ErrorKind::Auth,
             tonic::Code::InvalidArgument | tonic::Code::OutOfRange => ErrorKind::Invalid,
