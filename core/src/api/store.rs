@@ -235,7 +235,15 @@ impl Store {
     /// `tls:HOST:PORT` with the token and, in `TINYSTORE_CA`, the PEM file of
     /// the CA that signed the store's certificate (checked for HOST). The
     /// same API as an owned store; the client reconnects by itself when the
-    /// connection drops. Errors: `invalid` (address, or `tls:` without a CA),
+    /// connection drops.
+    ///
+    /// `etcd://HOST:PORT,.../PREFIX` (`etcds://` for TLS) is a cluster
+    /// store: its locks, semaphores and fences in an etcd cluster, every
+    /// key under `/PREFIX/` (docs/cluster.md); its channels are not there
+    /// yet, and its SQL databases are files on this machine. Errors there:
+    /// `invalid` (the address, or TLS without a CA), `unavailable` (no
+    /// member answered within the request timeout), `auth` (etcd's user or
+    /// password). Errors: `invalid` (address, or `tls:` without a CA),
     /// `io` (nobody listens, or the CA file is unreadable), `auth` (token,
     /// or a certificate the CA does not vouch for), `protocol` (TLS on one
     /// side only).
@@ -331,7 +339,8 @@ impl Store {
         self.inner.backend.loop_reader()
     }
 
-    /// The store directory.
+    /// The store directory; for a cluster store, the directory of its SQL
+    /// databases on this machine ([`ConnectOptions::sql_dir`]).
     pub fn dir(&self) -> &Path {
         &self.inner.dir
     }
