@@ -175,6 +175,9 @@ impl ClusterLock {
         // A call may be made twice (the first answer lost): the revision is
         // read back from the key itself, never taken from the answer.
         let mine = || TxnOp::get(me.clone(), Some(GetOptions::new().with_keys_only()));
+        // Armed before the put: a caller dropped while it is in flight
+        // leaves no key behind either (LOCK-04).
+        let mut waiting = Waiting { etcd: self.etcd.clone(), key: me.clone(), armed: true };
         if wait.is_none() && limit == 1 {
             // Put only if no key is under the lock's: nothing is left behind.
             let t = Txn::new()
@@ -184,6 +187,7 @@ impl ClusterLock {
             let r = self.etcd.txn(&format!("trying key {key} of {:?}", self.name), t).await?;
             let ops = r.op_responses();
             let (rev, e) = if r.succeeded() { (created(&ops, 2)?, epoch_of(&ops, 1)?) } else { (created(&ops, 0)?, epoch_of(&ops, 1)?) };
+            waiting.armed = false;
             if rev == 0 {
                 return Ok(None);
             }
@@ -200,9 +204,9 @@ impl ClusterLock {
             _ => false,
         };
         if among_first {
+            waiting.armed = false;
             return Ok(Some(self.lease(session, me, rev, rev, e, key, holder, terms, entry)));
         }
-        let waiting = Waiting { etcd: self.etcd.clone(), key: me.clone(), armed: true };
         let Some(wait) = wait else {
             waiting.delete_now().await;
             return Ok(None);
@@ -210,7 +214,6 @@ impl ClusterLock {
         let turn = self.wait_turn(&session, &dir, &me, rev, put(true));
         match tokio::time::timeout(wait, turn).await {
             Ok(Ok((granted, e))) => {
-                let mut waiting = waiting;
                 waiting.armed = false;
                 Ok(Some(self.lease(session, me, rev, granted, e, key, holder, terms, entry)))
             }
