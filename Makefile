@@ -8,43 +8,49 @@ SHELL := /bin/bash
 export CARGO_TERM_COLOR := never
 export GOTOOLCHAIN := local
 
-.PHONY: test test-rust clippy test-python test-node test-go test-chat test-packaging demo dist
+.PHONY: test test-rust clippy test-python test-node test-go test-chat test-packaging demo dist etcd-deps
 
-test: test-rust clippy test-python test-node test-go test-chat test-packaging
+test: etcd-deps test-rust clippy test-python test-node test-go test-chat test-packaging
 
-test-rust:
+# The etcd client crate compiles etcd's .proto files with protoc at build
+# time; the cluster tests start Debian's etcd (docs/cluster.md).
+etcd-deps:
+	command -v protoc >/dev/null && command -v etcd >/dev/null && command -v etcdctl >/dev/null || \
+	  (apt-get update && apt-get install -y protobuf-compiler etcd-server etcd-client)
+
+test-rust: etcd-deps
 	cargo test
 
 # Every crate and target, the pyo3 and napi crates included (no libpython
 # needed to check them); any warning fails.
-clippy:
+clippy: etcd-deps
 	cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
 	cargo clippy --workspace --all-targets -- -D warnings
 
-test-python:
+test-python: etcd-deps
 	$(MAKE) -C bindings-python test
 
-test-node:
+test-node: etcd-deps
 	$(MAKE) -C bindings-node test
 
-test-go:
+test-go: etcd-deps
 	$(MAKE) -C bindings-go test
 
 # The chat app's own tests, the browser test included (examples/chat).
-test-chat:
+test-chat: etcd-deps
 	$(MAKE) -C examples/chat test
 
 # The packages a user installs (packaging/README.md): builds `make dist`,
 # then installs each in a fresh project outside the repository, with no
 # cargo or rustc on its PATH, and runs the seeds' samples there.
-test-packaging:
+test-packaging: etcd-deps
 	packaging/test.sh
 
 # The wheel, the npm tarballs, the Go module (as a module proxy serves it)
 # and the Rust crate, in release, into dist/.
-dist:
+dist: etcd-deps
 	packaging/dist.sh
 
 # The chat app on chatterbot-corpus, with its report (examples/chat/README.md).
-demo:
+demo: etcd-deps
 	$(MAKE) -C examples/chat demo

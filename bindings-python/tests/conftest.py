@@ -4,13 +4,23 @@ Every contract test takes the `store` fixture, which runs it once per entry
 of MODES: "owned" opens the directory in this process; "connected" opens the
 owner here too, then tests a second handle made by
 `tinystore.connect("unix:<dir>/tinystore.sock")`, which reaches the store
-over its socket like any other process would.
+over its socket like any other process would. Tests marked
+`@pytest.mark.cluster` (the lock and fence contracts) run a third time,
+"cluster": `tinystore.connect("etcd://.../<prefix>")` on a real 3-member etcd
+cluster (Debian's etcd) that the first such test starts on free loopback
+ports in a temporary directory, stopped by PID at the end of the session.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Optional
@@ -19,8 +29,8 @@ import pytest
 
 import tinystore
 
-# Both by default; TINYSTORE_TEST_MODES=owned (or connected) runs one.
-MODES = os.environ.get("TINYSTORE_TEST_MODES", "owned,connected").split(",")
+# All by default; TINYSTORE_TEST_MODES=owned (or connected, or cluster) runs one.
+MODES = os.environ.get("TINYSTORE_TEST_MODES", "owned,connected,cluster").split(",")
 
 LOG = 1024  # a branch keeps its newest 1,024 messages (and a client's inbox as many)
 
@@ -29,17 +39,86 @@ MIGRATIONS = HERE / "migrations"
 VECTORS = HERE.parent.parent / "tests" / "vectors" / "fences.json"
 
 
-class Stores:
-    """Opens stores of one mode in one directory; closes them all at the end."""
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
-    def __init__(self, mode: str, dir: Path) -> None:
+
+class EtcdCluster:
+    """Three etcd members on free loopback ports, their data in a temporary
+    directory; `stop` kills each by PID. Elections are fast (heartbeat 50 ms,
+    election 500 ms), so etcd's smallest lease ttl is 1 s."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="tinystore-etcd-py"))
+        self.ports = [(_free_port(), _free_port()) for _ in range(3)]
+        initial = ",".join(f"m{i}=http://127.0.0.1:{p}" for i, (_, p) in enumerate(self.ports))
+        self.procs: list[subprocess.Popen[bytes]] = []
+        for i, (c, p) in enumerate(self.ports):
+            log = open(self.dir / f"m{i}.log", "wb")
+            self.procs.append(subprocess.Popen(
+                ["etcd", "--name", f"m{i}", "--data-dir", str(self.dir / f"m{i}"),
+                 "--listen-client-urls", f"http://127.0.0.1:{c}", "--advertise-client-urls", f"http://127.0.0.1:{c}",
+                 "--listen-peer-urls", f"http://127.0.0.1:{p}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{p}",
+                 "--initial-cluster", initial, "--initial-cluster-state", "new",
+                 "--heartbeat-interval", "50", "--election-timeout", "500"],
+                stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+            ))
+        self.endpoints = ",".join(f"127.0.0.1:{c}" for c, _ in self.ports)
+        deadline = time.monotonic() + 20
+        while subprocess.run(["etcdctl", f"--endpoints={self.endpoints}", "endpoint", "health"],
+                             env={**os.environ, "ETCDCTL_API": "3"}, capture_output=True).returncode != 0:
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"etcd did not become healthy; logs in {self.dir}")
+            time.sleep(0.1)
+
+    def address(self, prefix: str) -> str:
+        return f"etcd://{self.endpoints}/{prefix}"
+
+    def stop(self) -> None:
+        for p in self.procs:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def etcd_cluster() -> Any:
+    c = EtcdCluster()
+    yield c
+    c.stop()
+
+
+def pytest_generate_tests(metafunc: Any) -> None:
+    """Every test of `stores` runs owned and connected; a test marked
+    `cluster` also on a cluster store."""
+    if "stores" in metafunc.fixturenames:
+        marked = metafunc.definition.get_closest_marker("cluster") is not None
+        metafunc.parametrize("stores", [m for m in MODES if m != "cluster" or marked], indirect=True)
+
+
+class Stores:
+    """Opens stores of one mode in one directory (cluster: under one key
+    prefix, SQL databases in the directory); closes them all at the end."""
+
+    def __init__(self, mode: str, dir: Path, cluster: Optional[EtcdCluster] = None, prefix: str = "") -> None:
         self.mode = mode
         self.dir = dir
+        self.cluster = cluster
+        self.prefix = prefix
         self.opened: list[tinystore.Store] = []
         self.owner: Optional[tinystore.Store] = None
 
     async def open(self) -> tinystore.Store:
         """A store of this mode (for connected mode, the owner is opened first)."""
+        if self.cluster is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            os.environ["TINYSTORE_CLUSTER_SQL_DIR"] = str(self.dir)
+            self.owner = await tinystore.connect(self.cluster.address(self.prefix))
+            self.opened.append(self.owner)
+            return self.owner
         self.owner = await tinystore.open(self.dir)
         self.opened.append(self.owner)
         if self.mode == "owned":
@@ -61,9 +140,16 @@ class Stores:
         self.opened.clear()
 
 
-@pytest.fixture(params=MODES)
+_prefixes = iter(range(1, 1 << 30))
+
+
+@pytest.fixture
 async def stores(request: Any, tmp_path: Path) -> AsyncIterator[Stores]:
-    s = Stores(request.param, tmp_path / "store")
+    if request.param == "cluster":
+        prefix = f"py{os.getpid()}-{next(_prefixes)}-{re.sub('[^a-z0-9]+', '-', request.node.name.lower())[:60]}"
+        s = Stores("cluster", tmp_path / "store", request.getfixturevalue("etcd_cluster"), prefix)
+    else:
+        s = Stores(request.param, tmp_path / "store")
     yield s
     await s.close()
 

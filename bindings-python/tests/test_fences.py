@@ -31,6 +31,7 @@ def test_fence_01_the_shared_vectors_print_the_same_digits_in_python() -> None:
     assert sorted(f"{f:040d}" for f in fences) == [f"{f:040d}" for f in fences]
 
 
+@pytest.mark.cluster
 async def test_fence_01_a_lease_fence_is_an_int_of_the_epoch_and_a_count(store: tinystore.Store) -> None:
     async with store.lock("shape").hold("k") as lease:
         assert type(lease.fence) is int
@@ -51,6 +52,7 @@ class Model:
         return f"{self.text} of {len(history)} messages"
 
 
+@pytest.mark.cluster
 async def test_fence_02_the_seeds_check_refuses_a_late_writer(store: tinystore.Store) -> None:
     db = await store.database("chat", migrations=MIGRATIONS)
     chat_id = 7

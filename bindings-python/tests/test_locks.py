@@ -17,6 +17,7 @@ from conftest import HERE, Stores, python_env, until
 from counter import count
 
 
+@pytest.mark.cluster
 async def test_lock_01_one_holder_at_a_time_among_many_tasks(store: tinystore.Store) -> None:
     lock = store.lock("exclusive")
     inside = 0
@@ -69,6 +70,7 @@ async def test_lock_01_one_holder_at_a_time_across_processes_fences_in_grant_ord
     assert fences == sorted(set(fences))  # in grant order, each larger than the one before
 
 
+@pytest.mark.cluster
 async def test_lock_01_a_semaphore_gives_at_most_limit_permits(store: tinystore.Store) -> None:
     sem = store.semaphore("exports", limit=3)
     inside = 0
@@ -87,6 +89,7 @@ async def test_lock_01_a_semaphore_gives_at_most_limit_permits(store: tinystore.
     assert most == 3
 
 
+@pytest.mark.cluster
 async def test_lock_02_fences_grow_within_one_open_and_across_a_restart(stores) -> None:  # type: ignore[no-untyped-def]
     store = await stores.open()
     lock = store.lock("summaries")
@@ -101,9 +104,11 @@ async def test_lock_02_fences_grow_within_one_open_and_across_a_restart(stores) 
     store = await stores.open()
     async with store.lock("summaries").hold("a") as lease:
         assert lease.fence > seen[-1]
-        assert store.epoch > seen[-1] >> 64
+        # One machine: each open is a new epoch; a cluster's epoch is made once.
+        assert store.epoch > seen[-1] >> 64 or (stores.mode == "cluster" and store.epoch == seen[-1] >> 64)
 
 
+@pytest.mark.cluster
 async def test_lock_03_hold_waits_then_times_out_without_running_and_try_hold_never_waits(store: tinystore.Store) -> None:
     lock = store.lock("waits")
     assert lock.wait == 10.0 and lock.ttl == 30.0 and lock.max_hold is None  # the defaults
@@ -132,6 +137,7 @@ async def test_lock_03_hold_waits_then_times_out_without_running_and_try_hold_ne
     assert await asyncio.ensure_future(try_other()) is not None
 
 
+@pytest.mark.cluster
 async def test_lock_03_waiters_get_the_key_in_the_order_they_asked(store: tinystore.Store) -> None:
     lock = store.lock("fifo")
     order: List[int] = []
@@ -157,6 +163,7 @@ def _held(store: tinystore.Store, lock: str) -> int:
     return sum(len(k["holders"]) for k in store.status()["locks"] if k["lock"] == lock)
 
 
+@pytest.mark.cluster
 async def test_lock_04_the_key_is_let_go_on_return_and_on_raise_with_the_error_unchanged(store: tinystore.Store) -> None:
     lock = store.lock("release")
     async with lock.hold("k"):
@@ -171,6 +178,7 @@ async def test_lock_04_the_key_is_let_go_on_return_and_on_raise_with_the_error_u
     assert _held(store, "release") == 0
 
 
+@pytest.mark.cluster
 async def test_lock_04_a_cancelled_waiter_and_a_cancelled_holder_let_the_key_go(store: tinystore.Store) -> None:
     lock = store.lock("cancel")
     entered = asyncio.Event()
@@ -200,6 +208,7 @@ async def test_lock_04_a_cancelled_waiter_and_a_cancelled_holder_let_the_key_go(
         assert lease is not None
 
 
+@pytest.mark.cluster
 async def test_lock_04_lock_06_a_lease_lost_at_max_hold_raises_lost_error_even_if_the_block_never_yielded(
     store: tinystore.Store,
 ) -> None:
@@ -218,6 +227,7 @@ async def test_lock_04_lock_06_a_lease_lost_at_max_hold_raises_lost_error_even_i
     assert e2.value is mine
 
 
+@pytest.mark.cluster
 async def test_lock_06_max_hold_tells_the_holder_and_gives_the_key_to_the_next_waiter(store: tinystore.Store) -> None:
     lock = store.lock("bounded", max_hold=timedelta(milliseconds=300))
     assert lock.max_hold == pytest.approx(0.3)
@@ -252,6 +262,7 @@ async def test_lock_06_max_hold_tells_the_holder_and_gives_the_key_to_the_next_w
     assert b_fence > a_fence
 
 
+@pytest.mark.cluster
 async def test_l9_a_cpu_loop_holding_the_gil_past_the_ttl_keeps_the_lease(store: tinystore.Store) -> None:
     lock = store.lock("busy", ttl="1s")
     async with lock.hold("k") as lease:
@@ -276,6 +287,7 @@ async def test_lock_07_an_owned_lease_ends_only_with_its_block(tmp_path) -> None
             assert not lease.lost and lease.time_left is None
 
 
+@pytest.mark.cluster
 async def test_lock_07_wait_lost_is_false_for_a_lease_let_go_normally(store: tinystore.Store) -> None:
     lock = store.lock("plain")
     async with lock.hold("k") as lease:
@@ -285,6 +297,7 @@ async def test_lock_07_wait_lost_is_false_for_a_lease_let_go_normally(store: tin
     assert await asyncio.wait_for(waiting, 5) is False
 
 
+@pytest.mark.cluster
 async def test_lock_08_a_hold_inside_a_hold_of_the_same_key_fails_at_once(store: tinystore.Store) -> None:
     lock = store.lock("reentry")
     async with lock.hold("k"):
@@ -299,6 +312,7 @@ async def test_lock_08_a_hold_inside_a_hold_of_the_same_key_fails_at_once(store:
             assert other is not None
 
 
+@pytest.mark.cluster
 async def test_lock_08_a_semaphores_limit_belongs_to_the_semaphore(store: tinystore.Store) -> None:
     store.semaphore("exports", limit=3)
     async with store.semaphore("exports", limit=3).hold("k") as permit:

@@ -1,5 +1,7 @@
 //! A client process for the multi-process tests (built by `cargo test`).
 //!
+//! <dir> may be a cluster address (etcd://...): the worker connects to it.
+//!
 //! worker counter <dir> <n>          n holds of counter/1, each adding one in SQL
 //! worker hold <dir> <ttl_ms> <key>  hold key, print the fence, sleep 1 s, then
 //!                                   write with the fence check; exit 4 if lost
@@ -29,7 +31,7 @@ fn stall() {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let store = Store::open(&args[2]).expect("open the store");
+    let store = if args[2].starts_with("etcd://") { Store::connect(&args[2]) } else { Store::open(&args[2]) }.expect("open the store");
     let out = std::io::stdout();
     match args[1].as_str() {
         "counter" => {

@@ -48,9 +48,12 @@ enum Command {
         /// The store directory, or an address (unix:PATH, tcp:HOST:PORT, tls:HOST:PORT).
         target: String,
     },
-    /// What a store holds: its owner, connections, subscribers, held keys.
+    /// What a store holds: its owner, connections, subscribers, held keys;
+    /// for a cluster store, etcd's members and leader and each key's
+    /// holders and waiters.
     Status {
-        /// The store directory, or an address (unix:PATH, tcp:HOST:PORT, tls:HOST:PORT).
+        /// The store directory, or an address (unix:PATH, tcp:HOST:PORT,
+        /// tls:HOST:PORT, etcd://HOST:PORT,.../PREFIX).
         target: String,
         /// Print JSON for scripts.
         #[arg(long)]
@@ -61,9 +64,14 @@ enum Command {
         #[command(subcommand)]
         action: ChannelAction,
     },
+    /// Cluster stores: locks and fences in an etcd cluster (docs/cluster.md).
+    Cluster {
+        #[command(subcommand)]
+        action: ClusterAction,
+    },
     /// Locks of a store.
     Lock {
-        /// The store directory.
+        /// The store directory, or a cluster address (etcd://HOST:PORT,.../PREFIX).
         dir: String,
         #[command(subcommand)]
         action: LockAction,
@@ -130,6 +138,23 @@ enum LockAction {
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClusterAction {
+    /// Makes the store's epoch under the prefix, if it has none (a store's
+    /// first connect makes it too), and prints it.
+    Init {
+        /// etcd://HOST:PORT,.../PREFIX (etcds:// for TLS, with TINYSTORE_CA).
+        address: String,
+    },
+    /// Raises the store's epoch, so every fence after is larger than every
+    /// fence before: run it after restoring etcd from a snapshot (unless
+    /// the restore used --bump-revision).
+    BumpEpoch {
+        /// etcd://HOST:PORT,.../PREFIX (etcds:// for TLS, with TINYSTORE_CA).
+        address: String,
     },
 }
 
@@ -216,7 +241,7 @@ where
 
 /// A directory or an address: connects to its owner without taking it over.
 fn reach(target: &str) -> Result<Store, Error> {
-    if ["unix:", "tcp:", "tls:"].iter().any(|p| target.starts_with(p)) {
+    if ["unix:", "tcp:", "tls:", "etcd://", "etcds://"].iter().any(|p| target.starts_with(p)) {
         return Store::connect(target);
     }
     let sock = std::path::Path::new(target).join("tinystore.sock");
@@ -355,13 +380,23 @@ fn run_command(cli: Cli) -> Result<ExitCode, Error> {
             Ok(0)
         }
         Command::Lock { dir, action: LockAction::Hold { lock, key, ttl, wait, max_hold, command } } => {
-            let store = Store::open(&dir)?;
+            let store = if crate::net::etcd::EtcdAddress::is_etcd(&dir) { Store::connect(&dir)? } else { Store::open(&dir)? };
             let mut b = store.lock(&lock).ttl(ttl.unwrap_or(DEFAULT_TTL)).wait(wait.unwrap_or(DEFAULT_WAIT));
             if let Some(m) = max_hold {
                 b = b.max_hold(m);
             }
             let lock = b.open()?;
             lock.hold(key.as_str(), |lease| -> Result<ExitCode, Error> { run_child(&command, lease) })
+        }
+        Command::Cluster { action: ClusterAction::Init { address } } => {
+            let (epoch, made) = crate::cluster::init(&address, crate::ConnectOptions::new())?;
+            out!("{} epoch {epoch}", if made { "made" } else { "already had" });
+            Ok(0)
+        }
+        Command::Cluster { action: ClusterAction::BumpEpoch { address } } => {
+            let (old, new) = crate::cluster::bump_epoch(&address, crate::ConnectOptions::new())?;
+            out!("epoch {old} -> {new}");
+            Ok(0)
         }
         Command::Token { action: TokenAction::New { dir, role } } => {
             if !["read", "data", "admin"].contains(&role.as_str()) {
@@ -384,6 +419,9 @@ fn run_command(cli: Cli) -> Result<ExitCode, Error> {
 }
 
 fn print_status(v: &serde_json::Value) {
+    if v.get("cluster").is_some() {
+        return print_cluster_status(v);
+    }
     let ms = |x: &serde_json::Value| x.as_u64().map(|m| crate::limits::format_duration(Duration::from_millis(m - m % 100))).unwrap_or_else(|| "-".into());
     out!("store {}  owner pid {}  epoch {}  up {}", v["dir"].as_str().unwrap_or("?"), v["pid"], v["epoch"], ms(&v["uptime_ms"]));
     let conns = v["connections"].as_array().cloned().unwrap_or_default();
@@ -408,6 +446,33 @@ fn print_status(v: &serde_json::Value) {
                 "  {}/{}  fence {}  lease {}  held {}  left {}  waiters {}",
                 k["lock"].as_str().unwrap_or(""), k["key"].as_str().unwrap_or(""), h["fence"].as_str().unwrap_or("-"), h["lease"], ms(&h["held_ms"]), ms(&h["left_ms"]), k["waiters"]
             );
+        }
+    }
+}
+
+/// A cluster store's status: etcd's members, then per key its holders and waiters.
+fn print_cluster_status(v: &serde_json::Value) {
+    let ms = |x: &serde_json::Value| x.as_u64().map(|m| crate::limits::format_duration(Duration::from_millis(m - m % 100))).unwrap_or_else(|| "-".into());
+    let c = &v["cluster"];
+    out!("cluster store {}  epoch {}", c["address"].as_str().unwrap_or("?"), v["epoch"]);
+    let members = c["members"].as_array().cloned().unwrap_or_default();
+    out!("etcd members: {}", members.len());
+    for m in &members {
+        let urls: Vec<&str> = m["client_urls"].as_array().into_iter().flatten().filter_map(|u| u.as_str()).collect();
+        out!("  {} {} {}{}", m["id"].as_str().unwrap_or(""), m["name"].as_str().unwrap_or(""), urls.join(","), if m["leader"] == true { "  (leader)" } else { "" });
+    }
+    let locks = v["locks"].as_array().cloned().unwrap_or_default();
+    out!("keys held or waited for: {}", locks.len());
+    for k in &locks {
+        out!("  {}/{}", k["lock"].as_str().unwrap_or(""), k["key"].as_str().unwrap_or(""));
+        for h in k["holders"].as_array().into_iter().flatten() {
+            out!(
+                "    held    fence {}  holder {} ({})  held {}  left {}",
+                h["fence"].as_str().unwrap_or("-"), h["holder"], h["process"].as_str().unwrap_or("?"), ms(&h["held_ms"]), ms(&h["left_ms"])
+            );
+        }
+        for w in k["waiting"].as_array().into_iter().flatten() {
+            out!("    waiting holder {} ({})  for {}", w["holder"], w["process"].as_str().unwrap_or("?"), ms(&w["held_ms"]));
         }
     }
 }

@@ -61,6 +61,7 @@ pub mod locks {
     pub use crate::engine::locks::{Holder, HolderStatus, Kind, KeyStatus, Terms};
 }
 
+pub use api::cluster;
 pub use api::sql;
 pub use api::status;
 pub use base::limits;

@@ -63,7 +63,7 @@ func TestFence01PaddedTextSortsLikeTheNumber(t *testing.T) {
 // lease (maxHold stands in for a ttl over a connection); worker B takes the
 // key and writes with its larger fence; A wakes, and its write changes no row.
 func TestFence02LateWriterIsRefusedByTheFenceCheck(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		store := stores.Open()
 		db, err := sqldb.Open(bg, store, "chat")
 		if err != nil {

@@ -27,7 +27,7 @@ func openLock(t testing.TB, store *tinystore.Store, name string, opts ...locks.O
 }
 
 func TestLock01OneHolderAtATimeAmongManyGoroutines(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		l := openLock(t, stores.Open(), "jobs")
 		var inside, most, total atomic.Int32
 		var wg sync.WaitGroup
@@ -58,7 +58,7 @@ func TestLock01OneHolderAtATimeAmongManyGoroutines(t *testing.T) {
 }
 
 func TestLock01SemaphoreGivesAtMostItsLimit(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		sem, err := locks.OpenSemaphore(stores.Open(), "exports", 3)
 		if err != nil {
 			t.Fatal(err)
@@ -91,7 +91,7 @@ func TestLock01SemaphoreGivesAtMostItsLimit(t *testing.T) {
 }
 
 func TestLock02FencesGrowWithinAnOpenAndAcrossARestart(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		var last locks.Fence
 		for open := range 3 {
 			store := stores.Open()
@@ -117,7 +117,7 @@ func TestLock02FencesGrowWithinAnOpenAndAcrossARestart(t *testing.T) {
 }
 
 func TestLock03HoldWaitsThenTimesOutAndTryHoldNeverWaits(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		store := stores.Open()
 		a := openLock(t, store, "summaries")
 		b := openLock(t, store, "summaries", locks.Wait(300*time.Millisecond))
@@ -146,7 +146,7 @@ func TestLock03HoldWaitsThenTimesOutAndTryHoldNeverWaits(t *testing.T) {
 }
 
 func TestLock03WaitersGetTheKeyInTheOrderTheyAsked(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		store := stores.Open()
 		l := openLock(t, store, "queue")
 		var order []int
@@ -183,7 +183,7 @@ func TestLock03WaitersGetTheKeyInTheOrderTheyAsked(t *testing.T) {
 }
 
 func TestLock04KeyGoesOnErrorPanicAndCancelledWait(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		l := openLock(t, stores.Open(), "summaries", locks.TTL(time.Second))
 		free := func(what string) {
 			t.Helper()
@@ -236,7 +236,7 @@ func TestLock04KeyGoesOnErrorPanicAndCancelledWait(t *testing.T) {
 }
 
 func TestLock06MaxHoldCancelsTheHoldersContextAndHoldSaysLost(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		l := openLock(t, stores.Open(), "summaries", locks.MaxHold(300*time.Millisecond))
 		start := time.Now()
 		var cause error
@@ -265,7 +265,7 @@ func TestLock06MaxHoldCancelsTheHoldersContextAndHoldSaysLost(t *testing.T) {
 }
 
 func TestLock06LostEvenIfTheFunctionNeverLooks(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		l := openLock(t, stores.Open(), "summaries", locks.MaxHold(200*time.Millisecond))
 		err := l.Hold(bg, 1, func(context.Context, *locks.Lease) error {
 			time.Sleep(500 * time.Millisecond) // never looks at ctx
@@ -293,7 +293,7 @@ func TestLock07InProcessLeaseOutlivesItsTTL(t *testing.T) {
 }
 
 func TestLock08HoldInsideAHoldOfTheSameKeyFailsAtOnce(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		store := stores.Open()
 		l := openLock(t, store, "summaries")
 		err := l.Hold(bg, 7, func(ctx context.Context, _ *locks.Lease) error {

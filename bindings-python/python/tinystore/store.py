@@ -227,6 +227,12 @@ def connect(
     - ``"tls:HOST:PORT"``: TCP inside TLS, with a token and the PEM file of
       the certificate (or its CA) the store serves, checked for HOST (see
       docs/wire.md, "TLS").
+    - ``"etcd://HOST:PORT,HOST:PORT/PREFIX"``: a cluster store, its locks,
+      semaphores and fences in etcd under ``/PREFIX/`` (``etcds://`` for
+      TLS, with ``ca_file``); etcd's user and password from
+      ``TINYSTORE_ETCD_USER`` and ``TINYSTORE_ETCD_PASSWORD``. Its channels
+      are not there yet; its SQL databases are files on this machine (see
+      docs/cluster.md).
 
     Keyword arguments, each defaulting to the environment so that a
     deployment can set them without code:

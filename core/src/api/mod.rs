@@ -3,6 +3,7 @@
 
 pub(crate) mod backend;
 pub(crate) mod channels;
+pub mod cluster;
 pub(crate) mod lease;
 pub(crate) mod locks;
 pub(crate) mod publish;

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::api::backend::Backend;
+use crate::api::backend::cluster::Cluster;
 use crate::api::backend::connected::Connected;
 use crate::api::backend::owned::Owned;
 use crate::api::publish::Publish;
@@ -16,6 +17,7 @@ use crate::base::limits::check_name;
 use crate::engine::channels::{Resume, Scope};
 use crate::engine::{Engine, StoreStatus};
 use crate::net::client::{Client, TakenOver, Takeover};
+use crate::net::etcd::{Etcd, EtcdAddress, EtcdOptions};
 use crate::net::files::{SOCKET_PATH_MAX, absolute, next_epoch, socket_path, take_dir_lock};
 use crate::net::wire::Address;
 use crate::runtime;
@@ -53,11 +55,18 @@ pub struct ConnectOptions {
     token: Option<String>,
     ca_file: Option<PathBuf>,
     request_timeout: Option<Duration>,
+    etcd_user: Option<(String, String)>,
+    etcd_identity: Option<(PathBuf, PathBuf)>,
+    sql_dir: Option<PathBuf>,
 }
 
 impl ConnectOptions {
     /// Default options: the token from `TINYSTORE_TOKEN`, the CA from
-    /// `TINYSTORE_CA`, when set.
+    /// `TINYSTORE_CA`; for `etcd://` addresses the user and password from
+    /// `TINYSTORE_ETCD_USER` and `TINYSTORE_ETCD_PASSWORD`, the client
+    /// certificate and key from `TINYSTORE_ETCD_CERT` and
+    /// `TINYSTORE_ETCD_KEY`, the SQL directory from
+    /// `TINYSTORE_CLUSTER_SQL_DIR`, when set.
     pub fn new() -> ConnectOptions {
         ConnectOptions::default()
     }
@@ -67,7 +76,30 @@ impl ConnectOptions {
         self.token = Some(token.into());
         self
     }
-    /// For `tls:` addresses: a PEM file of the CA certificate(s) that signed
+    /// For `etcd://` and `etcds://` addresses: etcd's user and password
+    /// (etcd's own authentication), instead of `TINYSTORE_ETCD_USER` and
+    /// `TINYSTORE_ETCD_PASSWORD`.
+    pub fn etcd_user(mut self, user: impl Into<String>, password: impl Into<String>) -> ConnectOptions {
+        self.etcd_user = Some((user.into(), password.into()));
+        self
+    }
+    /// For `etcds://` addresses whose members ask for client certificates:
+    /// this process's certificate and private key, PEM files, instead of
+    /// `TINYSTORE_ETCD_CERT` and `TINYSTORE_ETCD_KEY`.
+    pub fn etcd_identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> ConnectOptions {
+        self.etcd_identity = Some((cert.into(), key.into()));
+        self
+    }
+    /// For `etcd://` addresses: the directory on this machine where
+    /// `store.database(name)` keeps `<name>.db`, instead of
+    /// `TINYSTORE_CLUSTER_SQL_DIR` or the default
+    /// `$XDG_DATA_HOME/tinystore/cluster/<prefix>` (`~/.local/share/...`).
+    /// A cluster store does not share its SQL databases between machines.
+    pub fn sql_dir(mut self, dir: impl Into<PathBuf>) -> ConnectOptions {
+        self.sql_dir = Some(dir.into());
+        self
+    }
+    /// For `tls:` and `etcds://` addresses: a PEM file of the CA certificate(s) that signed
     /// the store's certificate (for a self-signed one, that certificate),
     /// instead of `TINYSTORE_CA`. Only these are trusted: no public roots.
     pub fn ca_file(mut self, path: impl Into<PathBuf>) -> ConnectOptions {
@@ -81,6 +113,31 @@ impl ConnectOptions {
     pub fn request_timeout(mut self, t: Duration) -> ConnectOptions {
         self.request_timeout = Some(t);
         self
+    }
+}
+
+impl ConnectOptions {
+    /// The parsed `etcd://` address, the options for etcd (these, else the
+    /// environment's) and the directory of its SQL databases on this machine.
+    pub(crate) fn for_cluster(self, address: &str) -> Result<(EtcdAddress, EtcdOptions, PathBuf)> {
+        let addr = EtcdAddress::parse(address)?;
+        let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let user = self.etcd_user.or_else(|| match (std::env::var("TINYSTORE_ETCD_USER"), std::env::var("TINYSTORE_ETCD_PASSWORD")) {
+            (Ok(u), Ok(p)) if !u.is_empty() => Some((u, p)),
+            _ => None,
+        });
+        let identity = self.etcd_identity.or_else(|| Some((env("TINYSTORE_ETCD_CERT")?, env("TINYSTORE_ETCD_KEY")?)));
+        let eo = EtcdOptions {
+            user,
+            ca_file: self.ca_file.or_else(|| env("TINYSTORE_CA")),
+            identity,
+            request_timeout: self.request_timeout.unwrap_or(crate::base::limits::REQUEST_TIMEOUT),
+        };
+        let dir = self.sql_dir.or_else(|| env("TINYSTORE_CLUSTER_SQL_DIR")).unwrap_or_else(|| {
+            let data = env("XDG_DATA_HOME").or_else(|| env("HOME").map(|h| h.join(".local/share"))).unwrap_or_else(std::env::temp_dir);
+            data.join("tinystore").join("cluster").join(addr.prefix.replace('/', "_"))
+        });
+        Ok((addr, eo, dir))
     }
 }
 
@@ -178,7 +235,15 @@ impl Store {
     /// `tls:HOST:PORT` with the token and, in `TINYSTORE_CA`, the PEM file of
     /// the CA that signed the store's certificate (checked for HOST). The
     /// same API as an owned store; the client reconnects by itself when the
-    /// connection drops. Errors: `invalid` (address, or `tls:` without a CA),
+    /// connection drops.
+    ///
+    /// `etcd://HOST:PORT,.../PREFIX` (`etcds://` for TLS) is a cluster
+    /// store: its locks, semaphores and fences in an etcd cluster, every
+    /// key under `/PREFIX/` (docs/cluster.md); its channels are not there
+    /// yet, and its SQL databases are files on this machine. Errors there:
+    /// `invalid` (the address, or TLS without a CA), `unavailable` (no
+    /// member answered within the request timeout), `auth` (etcd's user or
+    /// password). Errors: `invalid` (address, or `tls:` without a CA),
     /// `io` (nobody listens, or the CA file is unreadable), `auth` (token,
     /// or a certificate the CA does not vouch for), `protocol` (TLS on one
     /// side only).
@@ -189,6 +254,9 @@ impl Store {
     /// Like [`connect`](Store::connect), with a token or CA file given
     /// instead of read from the environment.
     pub fn connect_with(address: &str, opts: ConnectOptions) -> Result<Store> {
+        if EtcdAddress::is_etcd(address) {
+            return Store::connect_cluster(address, opts);
+        }
         let addr = Address::parse(address)?;
         let token = opts.token.or_else(|| std::env::var("TINYSTORE_TOKEN").ok());
         let tls = match &addr {
@@ -203,6 +271,15 @@ impl Store {
             client.set_request_timeout(t);
         }
         Ok(Store::connected(client))
+    }
+
+    /// A cluster store: its locks, semaphores and fences in etcd
+    /// (docs/cluster.md).
+    fn connect_cluster(address: &str, opts: ConnectOptions) -> Result<Store> {
+        let (addr, eo, dir) = opts.for_cluster(address)?;
+        let etcd = runtime::block_on(Etcd::connect(&addr, eo))?;
+        Ok(Store { inner: Arc::new(Inner { dir, closed: AtomicBool::new(false),
+            closing: AtomicBool::new(false), backend: Box::new(Cluster::new(etcd)) }) })
     }
 
     /// Serves this store on another address as well. `tcp:HOST:PORT` needs
@@ -262,7 +339,8 @@ impl Store {
         self.inner.backend.loop_reader()
     }
 
-    /// The store directory.
+    /// The store directory; for a cluster store, the directory of its SQL
+    /// databases on this machine ([`ConnectOptions::sql_dir`]).
     pub fn dir(&self) -> &Path {
         &self.inner.dir
     }

@@ -22,7 +22,9 @@ const helperEnv = "TINYSTORE_GO_HELPER"
 // else the tests: call it from a package's TestMain.
 func Main(m *testing.M, helpers map[string]func() int) {
 	RunHelper(helpers)
-	os.Exit(m.Run())
+	code := m.Run()
+	StopCluster()
+	os.Exit(code)
 }
 
 // RunHelper runs the helper this process was started as, if any, and

@@ -1,15 +1,22 @@
 // Package testkit makes the stores the tests of this module run against.
-// Every contract test runs once per kind in Kinds: owned now; a connected
-// store (a second handle reaching the owner through its socket) is one more
-// entry once the engine can connect.
+// Every contract test runs once per kind in Kinds: owned, and connected (a
+// second handle reaching the owner through its socket); the lock and fence
+// contracts run on a cluster store too (EachWithCluster), on a real
+// 3-member etcd cluster the first such test starts (Debian's etcd).
 package testkit
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,18 +28,33 @@ import (
 // reaches it through its socket (unix:<dir>/tinystore.sock).
 var Kinds = []string{"owned", "connected"}
 
-// Stores opens the stores of one test, of one kind, in one directory.
+// Stores opens the stores of one test, of one kind, in one directory (a
+// cluster store: under one key prefix, its SQL databases in the directory).
 type Stores struct {
 	Kind   string
 	Dir    string
 	t      testing.TB
 	opened []*tinystore.Store
+	prefix string
 }
 
 // Open gives a store of the kind, in the test's directory.
 func (s *Stores) Open() *tinystore.Store {
 	s.t.Helper()
 	ctx := context.Background()
+	if s.Kind == "cluster" {
+		c := etcd(s.t)
+		if s.prefix == "" {
+			s.prefix = fmt.Sprintf("go%d-%d", os.Getpid(), prefixes.Add(1))
+		}
+		os.Setenv("TINYSTORE_CLUSTER_SQL_DIR", s.Dir)
+		store, err := tinystore.Connect(ctx, "etcd://"+c.endpoints+"/"+s.prefix)
+		if err != nil {
+			s.t.Fatalf("connect to the etcd cluster: %v", err)
+		}
+		s.opened = append(s.opened, store)
+		return store
+	}
 	owner, err := tinystore.Open(ctx, s.Dir)
 	if err != nil {
 		s.t.Fatalf("open store %s: %v", s.Dir, err)
@@ -70,6 +92,112 @@ func NewStores(t testing.TB, kind string) *Stores {
 func Each(t *testing.T, f func(t *testing.T, stores *Stores)) {
 	for _, kind := range Kinds {
 		t.Run(kind, func(t *testing.T) { f(t, NewStores(t, kind)) })
+	}
+}
+
+// EachWithCluster is Each, and once more on a cluster store (etcd://).
+func EachWithCluster(t *testing.T, f func(t *testing.T, stores *Stores)) {
+	Each(t, f)
+	t.Run("cluster", func(t *testing.T) { f(t, NewStores(t, "cluster")) })
+}
+
+var prefixes atomic.Int64
+
+// etcdCluster is three etcd members on free loopback ports, their data in
+// a temporary directory, with fast elections (heartbeat 50 ms, election
+// 500 ms: etcd's smallest lease ttl is then 1 s).
+type etcdCluster struct {
+	dir       string
+	endpoints string
+	procs     []*exec.Cmd
+}
+
+var (
+	clusterOnce sync.Once
+	theCluster  *etcdCluster
+	clusterErr  error
+)
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// etcd starts the package's cluster on first use; Main stops it.
+func etcd(t testing.TB) *etcdCluster {
+	t.Helper()
+	clusterOnce.Do(func() { theCluster, clusterErr = startEtcd() })
+	if clusterErr != nil {
+		t.Fatal(clusterErr)
+	}
+	return theCluster
+}
+
+func startEtcd() (*etcdCluster, error) {
+	dir, err := os.MkdirTemp("", "ts-go-etcd-")
+	if err != nil {
+		return nil, err
+	}
+	c := &etcdCluster{dir: dir}
+	type ports struct{ client, peer int }
+	var ps []ports
+	var initial, eps []string
+	for i := range 3 {
+		p := ports{freePort(), freePort()}
+		ps = append(ps, p)
+		initial = append(initial, fmt.Sprintf("m%d=http://127.0.0.1:%d", i, p.peer))
+		eps = append(eps, fmt.Sprintf("127.0.0.1:%d", p.client))
+	}
+	c.endpoints = strings.Join(eps, ",")
+	for i, p := range ps {
+		log, err := os.Create(filepath.Join(dir, fmt.Sprintf("m%d.log", i)))
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.Command("etcd", "--name", fmt.Sprintf("m%d", i), "--data-dir", filepath.Join(dir, fmt.Sprintf("m%d", i)),
+			"--listen-client-urls", fmt.Sprintf("http://127.0.0.1:%d", p.client), "--advertise-client-urls", fmt.Sprintf("http://127.0.0.1:%d", p.client),
+			"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", p.peer), "--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", p.peer),
+			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
+			"--heartbeat-interval", "50", "--election-timeout", "500")
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			c.stop()
+			return nil, fmt.Errorf("start etcd (Debian's etcd-server): %w", err)
+		}
+		c.procs = append(c.procs, cmd)
+	}
+	end := time.Now().Add(20 * time.Second)
+	for {
+		h := exec.Command("etcdctl", "--endpoints="+c.endpoints, "endpoint", "health")
+		h.Env = append(os.Environ(), "ETCDCTL_API=3")
+		if h.Run() == nil {
+			return c, nil
+		}
+		if time.Now().After(end) {
+			c.stop()
+			return nil, fmt.Errorf("etcd did not become healthy within 20s; logs in %s", dir)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stop kills every member by PID and removes the data.
+func (c *etcdCluster) stop() {
+	for _, p := range c.procs {
+		_ = p.Process.Kill()
+		_ = p.Wait()
+	}
+	_ = os.RemoveAll(c.dir)
+}
+
+// StopCluster stops the package's etcd cluster, if a test started one.
+func StopCluster() {
+	if theCluster != nil {
+		theCluster.stop()
 	}
 }
 

@@ -1,8 +1,8 @@
 //! The one place a store's backend is chosen: a [`Backend`] is picked at
 //! `open` or `connect`, and every call of a [`Store`](crate::Store) and its
 //! handles goes through it. [`owned`] serves the store from this process's
-//! engine; [`connected`] reaches another process's over the client. A
-//! third way to reach a store is one more implementation of these traits.
+//! engine; [`connected`] reaches another process's over the client;
+//! [`cluster`] keeps the store's locks in an etcd cluster.
 //!
 //! The traits name no handle of the api: a backend gives a lease or a
 //! subscription as its own object, and the handle
@@ -10,6 +10,7 @@
 //! [`RawSubscription`](crate::channels::RawSubscription)) wraps it, so the
 //! handles import this module and not the other way round.
 
+pub(crate) mod cluster;
 pub(crate) mod connected;
 pub(crate) mod owned;
 

@@ -1,0 +1,188 @@
+#![allow(dead_code)]
+//! A real 3-member etcd cluster for the tests of cluster stores: Debian's
+//! `etcd` on free loopback ports, its data in a temporary directory, every
+//! member stopped by PID when the [`Cluster`] is dropped (also when a test
+//! panics).
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Election timing of the test cluster: a heartbeat of 50 ms and an
+/// election timeout of 500 ms, so a leader's death is noticed within a
+/// second and etcd's smallest lease ttl is 1 s (`ceil(1.5 * election)`);
+/// etcd's defaults (100 ms, 1 s) give 2 s.
+const HEARTBEAT_MS: u32 = 50;
+const ELECTION_MS: u32 = 500;
+
+pub struct Member {
+    pub name: String,
+    pub client_port: u16,
+    pub peer_port: u16,
+    child: Option<Child>,
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub members: Vec<Member>,
+    token: String,
+}
+
+/// A port nobody listens on now (the OS's pick on 127.0.0.1).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind a loopback port").local_addr().unwrap().port()
+}
+
+/// The cluster the tests of one binary share while any of them runs.
+static SHARED: std::sync::Mutex<std::sync::Weak<Cluster>> = std::sync::Mutex::new(std::sync::Weak::new());
+
+impl Cluster {
+    /// A 3-member cluster shared with the tests running at the same time
+    /// (each uses its own key prefix); stopped when the last lets it go. A
+    /// test that kills or pauses members starts its own with [`start`].
+    pub fn shared() -> std::sync::Arc<Cluster> {
+        let mut s = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = s.upgrade() {
+            return c;
+        }
+        let c = std::sync::Arc::new(Cluster::start());
+        *s = std::sync::Arc::downgrade(&c);
+        c
+    }
+
+    /// Starts 3 members and waits (up to 20 s) until every one answers.
+    /// Panics, naming the log to read, when etcd is missing or does not start.
+    pub fn start() -> Cluster {
+        Cluster::start_n(3)
+    }
+
+    pub fn start_n(n: usize) -> Cluster {
+        let dir = tempfile::Builder::new().prefix("tinystore-etcd").tempdir().expect("temp dir");
+        let token = format!("tinystore-test-{}", std::process::id());
+        let members = (0..n).map(|i| Member { name: format!("m{i}"), client_port: free_port(), peer_port: free_port(), child: None }).collect();
+        let mut c = Cluster { dir, members, token };
+        for i in 0..n {
+            c.spawn(i);
+        }
+        c.wait_healthy(Duration::from_secs(20));
+        c
+    }
+
+    fn initial_cluster(&self) -> String {
+        self.members.iter().map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port)).collect::<Vec<_>>().join(",")
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let initial = self.initial_cluster();
+        let root = self.dir.path().to_path_buf();
+        let m = &mut self.members[i];
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(root.join(format!("{}.log", m.name))).expect("member log");
+        let child = Command::new("etcd")
+            .args(["--name", &m.name])
+            .arg("--data-dir")
+            .arg(root.join(&m.name))
+            .args(["--listen-client-urls", &format!("http://127.0.0.1:{}", m.client_port)])
+            .args(["--advertise-client-urls", &format!("http://127.0.0.1:{}", m.client_port)])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{}", m.peer_port)])
+            .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{}", m.peer_port)])
+            .args(["--initial-cluster", &initial, "--initial-cluster-state", "new", "--initial-cluster-token", &self.token])
+            .args(["--heartbeat-interval", &HEARTBEAT_MS.to_string(), "--election-timeout", &ELECTION_MS.to_string()])
+            .args(["--logger", "zap", "--log-outputs", "stderr"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start etcd (Debian's etcd-server package: `apt-get install etcd-server`)");
+        m.child = Some(child);
+    }
+
+    /// The members' client endpoints, `127.0.0.1:PORT`, comma-separated.
+    pub fn endpoints(&self) -> String {
+        self.members.iter().map(|m| format!("127.0.0.1:{}", m.client_port)).collect::<Vec<_>>().join(",")
+    }
+
+    /// A store address on this cluster under `prefix`.
+    pub fn address(&self, prefix: &str) -> String {
+        format!("etcd://{}/{prefix}", self.endpoints())
+    }
+
+    /// Runs `etcdctl` against the members that are up.
+    pub fn etcdctl(&self, args: &[&str]) -> std::process::Output {
+        let eps: Vec<String> = self.members.iter().filter(|m| m.child.is_some()).map(|m| format!("http://127.0.0.1:{}", m.client_port)).collect();
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", eps.join(",")))
+            .args(args)
+            .output()
+            .expect("run etcdctl")
+    }
+
+    /// Waits until every running member says it is healthy.
+    pub fn wait_healthy(&self, limit: Duration) {
+        let end = Instant::now() + limit;
+        loop {
+            let out = self.etcdctl(&["endpoint", "health", "--command-timeout=2s"]);
+            if out.status.success() {
+                return;
+            }
+            if Instant::now() > end {
+                panic!(
+                    "the etcd cluster did not become healthy within {limit:?}: {}; logs in {}",
+                    String::from_utf8_lossy(&out.stderr),
+                    self.dir.path().display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The index of the member that leads now.
+    pub fn leader(&self) -> Option<usize> {
+        let out = self.etcdctl(&["endpoint", "status", "-w", "json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        for s in v.as_array()? {
+            let id = s["Status"]["header"]["member_id"].as_u64()?;
+            if s["Status"]["leader"].as_u64() == Some(id) {
+                let ep = s["Endpoint"].as_str()?;
+                return self.members.iter().position(|m| ep.ends_with(&format!(":{}", m.client_port)));
+            }
+        }
+        None
+    }
+
+    /// kill -9 of member `i`; its data stays for a restart.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGSTOP / SIGCONT of member `i`.
+    pub fn pause(&self, i: usize, stop: bool) {
+        if let Some(c) = &self.members[i].child {
+            let sig = if stop { "-STOP" } else { "-CONT" };
+            let _ = Command::new("kill").args([sig, &c.id().to_string()]).status();
+        }
+    }
+
+    /// Starts member `i` again on its data directory and ports.
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.spawn(i);
+    }
+
+    /// Where member `i` keeps its data.
+    pub fn data_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(&self.members[i].name)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
