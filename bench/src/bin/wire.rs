@@ -17,16 +17,26 @@ use std::time::{Duration, Instant};
 use tinystore::channels::{Event, Scope};
 use tinystore::{Key, Store, runtime};
 
+/// A child process stopped by its PID when dropped: SIGTERM first (so a
+/// profiler wrapping it writes its output), SIGKILL after 60 s.
 struct Kill(Child);
 impl Drop for Kill {
     fn drop(&mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.0.id().to_string()).status();
+        let end = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < end {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
 }
 
 fn wait_for(path: &std::path::Path) {
-    let end = Instant::now() + Duration::from_secs(10);
+    let end = Instant::now() + Duration::from_secs(60);
     while UnixStream::connect(path).is_err() {
         assert!(Instant::now() < end, "{} never listened", path.display());
         std::thread::sleep(Duration::from_millis(10));
@@ -80,9 +90,15 @@ fn ours_one_at_a_time(store: &Store) -> f64 {
     n as f64 / t.elapsed().as_secs_f64()
 }
 
+/// Messages of the 64-in-flight rows: `WIRE_MESSAGES`, 200,000 unless set
+/// (fewer for a run under callgrind).
+fn pipelined_messages() -> u64 {
+    std::env::var("WIRE_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(200_000)
+}
+
 fn ours_pipelined(store: &Store) -> f64 {
     let sub = runtime::block_on(store.subscribe_raw("bench", &[Key::from(2)], Scope::Branch, None)).unwrap();
-    let n = 200_000u64;
+    let n = pipelined_messages();
     let got = Arc::new(AtomicU64::new(0));
     let g = got.clone();
     let reader = std::thread::spawn(move || {
@@ -189,7 +205,7 @@ fn redis_one_at_a_time(url: &str) -> f64 {
 }
 
 fn redis_pipelined(url: &str) -> f64 {
-    let n = 200_000u64;
+    let n = pipelined_messages() / 64 * 64;
     let mut subc = redis_client(url);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
@@ -467,8 +483,18 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let store_dir = dir.path().join("store");
     let tinystore_bin = std::env::current_exe().unwrap().parent().unwrap().join("tinystore");
+    // WIRE_SERVER_WRAP="valgrind --tool=callgrind ..." runs the owner under it.
+    let wrap: Vec<String> = std::env::var("WIRE_SERVER_WRAP").unwrap_or_default().split_whitespace().map(str::to_owned).collect();
+    let mut server = match wrap.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(&tinystore_bin);
+            c
+        }
+        None => Command::new(&tinystore_bin),
+    };
     let _server = Kill(
-        Command::new(&tinystore_bin)
+        server
             .arg("serve")
             .arg(&store_dir)
             .stderr(Stdio::null())
@@ -492,7 +518,8 @@ fn main() {
     let store = Store::connect(&address).unwrap();
 
     let nats = start_nats(dir.path());
-    let floor = best(|| floor_round_trips(dir.path()));
+    // WIRE_OURS_ONLY=1 (profiling) skips the floor too.
+    let floor = if std::env::var_os("WIRE_OURS_ONLY").is_some() { f64::NAN } else { best(|| floor_round_trips(dir.path())) };
     println!(
         "tinystore over a Unix socket vs Redis {} (Unix socket) and core NATS {} (TCP on loopback: it has no Unix socket); best of 3; ratio = tinystore / peer\n",
         redis_version(),
@@ -527,7 +554,7 @@ fn main() {
     };
     let fan_run = AtomicU64::new(0);
     row("publish→deliver, one at a time", "publish-1", &|| ours_one_at_a_time(&store), &|| redis_one_at_a_time(&url), None, true);
-    row("publish→deliver, 64 in flight", "publish-64", &|| ours_pipelined(&store), &|| redis_pipelined(&url), Some(&|u| nats_publish(u, 1, 200_000)), false);
+    row("publish→deliver, 64 in flight", "publish-64", &|| ours_pipelined(&store), &|| redis_pipelined(&url), Some(&|u| nats_publish(u, 1, pipelined_messages())), false);
     row(
         "fan-out: 1 publisher (64 in flight), 100 subscribing connections (deliveries)",
         "fanout",
