@@ -257,6 +257,124 @@ pub struct SubscribeOk {
     pub next: u64,
 }
 
+/// The start of a `msg` event as the owner writes it (`encode_msg`), fields
+/// in this order; [`fast_reply`] reads frames of that shape without a full
+/// parse.
+const MSG_PREFIX: &[u8] = b"{\"ev\":\"msg\",\"sub\":";
+const ANSWER_PREFIX: &[u8] = b"{\"id\":";
+const NULL_ANSWER_SUFFIX: &[u8] = b",\"ok\":null}";
+
+/// Appends a `msg` event's frame: the message's JSON copied as is, never
+/// reparsed. The shape [`fast_reply`] reads: change both together.
+pub(crate) fn encode_msg(buf: &mut Vec<u8>, sub: u64, branch: &[Key], seq: u64, next: u64, data: &[u8]) {
+    use std::io::Write;
+    let start = buf.len();
+    buf.extend_from_slice(&[0; 4]);
+    buf.extend_from_slice(MSG_PREFIX);
+    write!(buf, "{sub},\"branch\":").expect("writes to a Vec");
+    serde_json::to_writer(&mut *buf, branch).expect("keys serialize");
+    write!(buf, ",\"seq\":{seq},\"next\":{next},\"data\":").expect("writes to a Vec");
+    buf.extend_from_slice(data);
+    buf.push(b'}');
+    let len = (buf.len() - start - 4) as u32;
+    buf[start..start + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+/// Appends the frame of an answer `{"id":N,"ok":null}` (a publish's).
+pub(crate) fn encode_null_answer(buf: &mut Vec<u8>, id: u64) {
+    use std::io::Write;
+    let start = buf.len();
+    buf.extend_from_slice(&[0; 4]);
+    buf.extend_from_slice(ANSWER_PREFIX);
+    write!(buf, "{id}").expect("writes to a Vec");
+    buf.extend_from_slice(NULL_ANSWER_SUFFIX);
+    let len = (buf.len() - start - 4) as u32;
+    buf[start..start + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+/// A frame of the two shapes that come by the thousand in a burst, read
+/// without a full parse.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum FastReply<'a> {
+    /// `{"id":N,"ok":null}`.
+    NullAnswer(u64),
+    /// A `msg` event as [`encode_msg`] writes it: `branch` is the JSON
+    /// array's bytes, `data` the message's.
+    Msg { sub: u64, branch: &'a [u8], seq: u64, next: u64, data: &'a [u8] },
+}
+
+/// Reads `frame` when it has one of [`FastReply`]'s exact shapes; `None`
+/// for anything else, which is then parsed in full. `data` is not checked
+/// as JSON: the owner checked it when it was published.
+pub(crate) fn fast_reply(frame: &[u8]) -> Option<FastReply<'_>> {
+    if let Some(rest) = frame.strip_prefix(ANSWER_PREFIX) {
+        let (id, rest) = number(rest)?;
+        return (rest == NULL_ANSWER_SUFFIX).then_some(FastReply::NullAnswer(id));
+    }
+    let rest = frame.strip_prefix(MSG_PREFIX)?;
+    let (sub, rest) = number(rest)?;
+    let rest = rest.strip_prefix(b",\"branch\":")?;
+    let (branch, rest) = json_array(rest)?;
+    let rest = rest.strip_prefix(b",\"seq\":")?;
+    let (seq, rest) = number(rest)?;
+    let rest = rest.strip_prefix(b",\"next\":")?;
+    let (next, rest) = number(rest)?;
+    let rest = rest.strip_prefix(b",\"data\":")?;
+    let data = rest.strip_suffix(b"}")?;
+    (!data.is_empty()).then_some(FastReply::Msg { sub, branch, seq, next, data })
+}
+
+/// A `publish` request in the exact shape this project's client writes
+/// (`{"id":N,"op":"publish","channel":"name","branch":[...],"data":V}`),
+/// read without the full parse of [`Request`]; `None` for anything else
+/// (then parsed in full, with its errors). Sound: a channel name without
+/// escapes reads the same either way, the branch is parsed as keys, and
+/// `data` must be exactly one JSON value up to the frame's closing brace,
+/// so a frame with more fields never matches.
+pub fn fast_publish(frame: &[u8]) -> Option<Request<'_>> {
+    let rest = frame.strip_prefix(ANSWER_PREFIX)?;
+    let (id, rest) = number(rest)?;
+    let rest = rest.strip_prefix(b",\"op\":\"publish\",\"channel\":\"")?;
+    let n = rest.iter().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || **c == b'_' || **c == b'-').count();
+    let channel = std::str::from_utf8(&rest[..n]).ok().filter(|_| n > 0)?;
+    let rest = rest[n..].strip_prefix(b"\",\"branch\":")?;
+    let (branch, rest) = json_array(rest)?;
+    let branch: Vec<Key> = serde_json::from_slice(branch).ok()?;
+    let data = rest.strip_prefix(b",\"data\":")?.strip_suffix(b"}")?;
+    let data: &RawValue = serde_json::from_str(std::str::from_utf8(data).ok()?).ok()?;
+    Some(Request { id, op: "publish".into(), channel: Some(channel.to_owned()), branch: Some(branch), data: Some(data), ..Default::default() })
+}
+
+/// A decimal u64 at the start of `b` (no sign, no leading zero), and what follows.
+fn number(b: &[u8]) -> Option<(u64, &[u8])> {
+    let n = b.iter().take_while(|c| c.is_ascii_digit()).count();
+    if n == 0 || n > 20 || (n > 1 && b[0] == b'0') {
+        return None;
+    }
+    let v = std::str::from_utf8(&b[..n]).ok()?.parse().ok()?;
+    Some((v, &b[n..]))
+}
+
+/// The JSON array of integers and strings at the start of `b` (its bytes,
+/// brackets included), and what follows; not checked beyond its end.
+fn json_array(b: &[u8]) -> Option<(&[u8], &[u8])> {
+    if b.first() != Some(&b'[') {
+        return None;
+    }
+    let mut i = 1;
+    let mut in_str = false;
+    loop {
+        let c = *b.get(i)?;
+        match (in_str, c) {
+            (true, b'\\') => i += 1,
+            (_, b'"') => in_str = !in_str,
+            (false, b']') => return Some((&b[..=i], &b[i + 1..])),
+            _ => {}
+        }
+        i += 1;
+    }
+}
+
 /// Appends one frame (length, then the JSON of `v`) to `out`.
 pub fn encode<T: Serialize>(v: &T, out: &mut Vec<u8>) {
     let start = out.len();
@@ -400,6 +518,7 @@ pub fn fuzz_decode(bytes: &[u8]) -> usize {
     let mut requests = 0;
     futures::executor::block_on(async {
         while let Ok(Some(frame)) = reader.next().await {
+            let _ = fast_publish(frame);
             if let Ok(r) = serde_json::from_slice::<Request>(frame) {
                 requests += 1;
                 if let Some(k) = &r.key {
@@ -413,7 +532,107 @@ pub fn fuzz_decode(bytes: &[u8]) -> usize {
                 }
             }
             let _ = serde_json::from_slice::<Reply>(frame);
+            let _ = fast_reply(frame);
         }
     });
     requests
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(frame: &[u8]) -> &[u8] {
+        let len = u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
+        assert_eq!(frame.len(), 4 + len);
+        &frame[4..]
+    }
+
+    #[test]
+    fn a_msg_event_read_fast_equals_its_full_parse() {
+        let branches: Vec<Vec<Key>> = vec![
+            vec![],
+            vec![Key::from(7)],
+            vec![Key::from("a]b"), Key::from("q\"]\\"), Key::from(-3)],
+        ];
+        for branch in branches {
+            for data in [&b"null"[..], b"{\"id\":41,\"s\":\"}]\"}", b"[1,2]", b"\"x\""] {
+                let mut buf = Vec::new();
+                encode_msg(&mut buf, 3, &branch, 41, 42, data);
+                let frame = body(&buf);
+                let full: Reply = serde_json::from_slice(frame).unwrap();
+                let Some(FastReply::Msg { sub, branch: b, seq, next, data: d }) = fast_reply(frame) else { panic!("not read fast: {}", String::from_utf8_lossy(frame)) };
+                assert_eq!(full.ev.as_deref(), Some("msg"));
+                assert_eq!((Some(sub), Some(seq), Some(next)), (full.sub, full.seq, full.next));
+                assert_eq!(serde_json::from_slice::<Vec<Key>>(b).unwrap(), full.branch.unwrap());
+                // The client reads an absent (or null) `data` as null.
+                assert_eq!(d, full.data.map_or("null", |v| v.get()).as_bytes());
+            }
+        }
+    }
+
+    #[test]
+    fn a_publish_answer_read_fast_equals_its_full_parse() {
+        for id in [0, 1, 99, u64::MAX] {
+            let mut buf = Vec::new();
+            encode_null_answer(&mut buf, id);
+            let frame = body(&buf);
+            let full: Reply = serde_json::from_slice(frame).unwrap();
+            assert_eq!(full.id, Some(id));
+            assert!(full.ok.is_none_or(|v| v.get() == "null") && full.err.is_none());
+            assert_eq!(fast_reply(frame), Some(FastReply::NullAnswer(id)));
+        }
+    }
+
+    #[test]
+    fn wire_01_other_shapes_are_left_to_the_full_parse() {
+        for frame in [
+            &b"{\"id\":1,\"ok\":{\"lease\":null}}"[..],
+            b"{\"id\":1,\"err\":{\"code\":\"lost\",\"message\":\"m\"}}",
+            b"{\"id\":01,\"ok\":null}",
+            b"{\"id\":1,\"ok\":null,\"queued\":true}",
+            b"{\"ev\":\"msg\",\"sub\":1,\"branch\":[\"a\"],\"seq\":1,\"next\":2}",
+            b"{\"ev\":\"msg\",\"sub\":1,\"branch\":[\"a\"],\"seq\":1,\"next\":2,\"data\":}",
+            b"{\"ev\":\"msg\",\"sub\":1,\"branch\":[\"a],\"seq\":1",
+            b"{\"ev\":\"missed\",\"sub\":3,\"missed\":{\"count\":35,\"reason\":\"behind\"},\"next\":77}",
+            b"{\"id\":99999999999999999999,\"ok\":null}",
+        ] {
+            assert_eq!(fast_reply(frame), None, "{}", String::from_utf8_lossy(frame));
+        }
+    }
+
+    #[test]
+    fn a_publish_read_fast_equals_its_full_parse() {
+        let datas: [&[u8]; 5] = [b"null", b"{\"id\":41,\"s\":\"}]\"}", b"[1,{}]", b"\"x\\\"}\"", b"-1.5e3"];
+        for branch in [vec![], vec![Key::from(7)], vec![Key::from("a]b"), Key::from("q\"]\\"), Key::from(-3)]] {
+            for data in datas {
+                let raw: &RawValue = serde_json::from_slice(data).unwrap();
+                let mut r = Request::new(12, "publish");
+                r.channel = Some("chat-events_2".into());
+                r.branch = Some(branch.clone());
+                r.data = Some(raw);
+                let frame = serde_json::to_vec(&r).unwrap();
+                let fast = fast_publish(&frame).unwrap_or_else(|| panic!("not read fast: {}", String::from_utf8_lossy(&frame)));
+                let full: Request = serde_json::from_slice(&frame).unwrap();
+                assert_eq!(serde_json::to_string(&fast).unwrap(), serde_json::to_string(&full).unwrap());
+            }
+        }
+    }
+
+    #[test]
+    fn wire_01_publishes_of_other_shapes_are_left_to_the_full_parse() {
+        for frame in [
+            &b"{\"id\":1,\"op\":\"publish\",\"channel\":\"c\",\"branch\":[],\"data\":1,\"ticket\":3}"[..],
+            b"{\"id\":1,\"op\":\"publish\",\"channel\":\"c\",\"branch\":[],\"data\":{\"a\":1},\"x\":{}}",
+            b"{\"id\":1,\"op\":\"publish\",\"channel\":\"c\",\"branch\":[],\"data\":}",
+            b"{\"id\":1,\"op\":\"publish\",\"channel\":\"c\",\"branch\":[],\"data\":{\"a\":1}",
+            b"{\"id\":1,\"op\":\"publish\",\"channel\":\"\",\"branch\":[],\"data\":1}",
+            b"{\"id\":1,\"op\":\"publish\",\"channel\":\"Bad Name\",\"branch\":[],\"data\":1}",
+            b"{\"id\":1,\"op\":\"publish\",\"channel\":\"c\",\"branch\":[true],\"data\":1}",
+            b"{\"id\":1,\"op\":\"publish\",\"channel\":\"c\",\"data\":1}",
+            b"{\"id\":1,\"op\":\"subscribe\",\"channel\":\"c\",\"branch\":[],\"data\":1}",
+        ] {
+            assert!(fast_publish(frame).is_none(), "{}", String::from_utf8_lossy(frame));
+        }
+    }
 }

@@ -32,7 +32,7 @@ pub use self::shared_read::LoopReader;
 pub(crate) use self::lease::{RemoteLease, RemoteLeaseHandle};
 pub(crate) use self::shared_read::{ReaderState, SharedRead};
 pub(crate) use self::subscription::{Inbox, RemoteSub};
-use crate::net::wire::{self, AcquireOk, Address, FrameReader, HelloOk, Reply, Request, SubscribeOk, WireResume};
+use crate::net::wire::{self, AcquireOk, Address, FastReply, FrameReader, HelloOk, Reply, Request, SubscribeOk, WireResume};
 
 type Reader = FrameReader<Box<dyn tokio::io::AsyncRead + Send + Unpin>>;
 /// Answers awaited, with the instant each request fails unanswered.
@@ -632,25 +632,45 @@ impl Client {
         side.ended
     }
 
+    /// Gives the answer to request `id` to its caller.
+    fn answered(&self, conn: &Arc<OwnerConnection>, id: u64, queued: bool, v: std::result::Result<&[u8], Error>) {
+        let a = conn.pending.lock().remove(&id);
+        if let Some((a, _)) = a {
+            if a.is_publish() {
+                conn.publishing.fetch_sub(1, Ordering::AcqRel);
+            }
+            if let Some(shared) = conn.shared.as_ref().filter(|_| a.awaited()) {
+                shared.expect.answered(queued);
+            }
+            a.give(v.map(|b| b.into()));
+        }
+    }
+
     /// Gives an answer to its caller or an event to its subscription or
     /// lease; false for a frame that is not a reply.
     fn dispatch(&self, conn: &Arc<OwnerConnection>, frame: &[u8]) -> bool {
+        match wire::fast_reply(frame) {
+            Some(FastReply::NullAnswer(id)) => {
+                self.answered(conn, id, false, Ok(b"null"));
+                return true;
+            }
+            Some(FastReply::Msg { sub, branch, seq, next, data }) => {
+                let Some(sub) = self.subs.lock().get(&sub).cloned() else { return true };
+                let Some(branch) = sub.branch_of(branch) else { return false };
+                let msg = Msg { branch, seq, data: data.into() };
+                sub.note_position(self.epoch(), Some(next));
+                sub.inbox.push(Event::Message(Arc::new(msg)));
+                return true;
+            }
+            None => {}
+        }
         let Ok(r) = serde_json::from_slice::<Reply>(frame) else { return false };
         if let Some(id) = r.id {
-            let a = conn.pending.lock().remove(&id);
-            if let Some((a, _)) = a {
-                if a.is_publish() {
-                    conn.publishing.fetch_sub(1, Ordering::AcqRel);
-                }
-                if let Some(shared) = conn.shared.as_ref().filter(|_| a.awaited()) {
-                    shared.expect.answered(r.queued);
-                }
-                let v = match r.err {
-                    Some(e) => Err(e.into()),
-                    None => Ok(r.ok.map(|v| v.get().as_bytes()).unwrap_or(b"null").to_vec().into_boxed_slice()),
-                };
-                a.give(v);
-            }
+            let v = match r.err {
+                Some(e) => Err(e.into()),
+                None => Ok(r.ok.map(|v| v.get().as_bytes()).unwrap_or(b"null")),
+            };
+            self.answered(conn, id, r.queued, v);
             return true;
         }
         match r.ev.as_deref() {
@@ -900,7 +920,7 @@ impl Client {
                     let q = Queued {
                         channel: channel.to_owned(),
                         branch: branch.to_vec(),
-                        data: raw.clone(),
+                        data: raw.to_owned(),
                         answer: answer.take().expect("an answer until sent"),
                         until: Instant::now() + self.request_timeout(),
                     };
@@ -922,7 +942,7 @@ impl Client {
             let mut r = Request::new(0, "publish");
             r.channel = Some(channel.to_owned());
             r.branch = Some(branch.to_vec());
-            r.data = Some(&raw);
+            r.data = Some(raw);
             // Held back only where an engine thread reads the answers that let
             // it go: a language's busy event loop would hold it for as long.
             let later = conn.publishing.fetch_add(1, Ordering::AcqRel) >= COALESCE_AFTER && !conn.looped();
@@ -967,7 +987,7 @@ impl Client {
             let mut r = Request::new(0, "publish");
             r.channel = Some(m.channel.to_string());
             r.branch = Some(m.branch);
-            r.data = Some(&raw);
+            r.data = Some(raw);
             r.ticket = Some(ticket);
             answers.push(self.send_on(&conn, &mut r, true)?.expect("an answer is awaited"));
         }
@@ -996,6 +1016,7 @@ impl Client {
             scope,
             inbox: Inbox::default(),
             resume: Mutex::new(None),
+            last_branch: Mutex::new(None),
         });
         self.subs.lock().insert(id, s.clone());
         let mut r = Request::new(0, "subscribe");
@@ -1248,9 +1269,11 @@ async fn pinger(c: std::sync::Weak<Client>) {
     }
 }
 
-fn raw_json(data: &[u8]) -> Result<Box<serde_json::value::RawValue>> {
+/// `data` checked as one JSON value (without the whitespace around it),
+/// borrowed: no copy.
+fn raw_json(data: &[u8]) -> Result<&serde_json::value::RawValue> {
     let s = std::str::from_utf8(data).map_err(|_| Error::invalid("a message is JSON text (UTF-8)"))?;
-    serde_json::value::RawValue::from_string(s.to_owned()).map_err(|e| Error::invalid(format!("a message is one JSON value: {e}")))
+    serde_json::from_str::<&serde_json::value::RawValue>(s).map_err(|e| Error::invalid(format!("a message is one JSON value: {e}")))
 }
 
 /// Not sent: the connection is down (callers wait for it, see [`Client::connection`]).

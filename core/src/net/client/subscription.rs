@@ -1,6 +1,7 @@
 //! A subscription over the wire: the events the owner pushes land in a
 //! bounded inbox, read by pulling like a subscription of the engine.
 
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use parking_lot::Mutex;
@@ -13,6 +14,9 @@ use crate::base::limits::{BRANCH_LOG_BYTES, BRANCH_LOG_MESSAGES};
 use crate::engine::channels::{Event, Missed, MissedReason, Scope};
 use crate::runtime;
 
+/// A message's branch as its JSON and as keys.
+pub(super) type LastBranch = (Box<[u8]>, Arc<[Key]>);
+
 /// A subscription over the wire: events land in a bounded inbox read by pulling.
 pub(crate) struct RemoteSub {
     pub(super) id: u64,
@@ -23,9 +27,26 @@ pub(crate) struct RemoteSub {
     pub(super) inbox: Inbox,
     /// (epoch, log, next) of the last event read from the socket.
     pub(super) resume: Mutex<Option<(u64, u64, u64)>>,
+    /// The last message's branch, as its JSON and as keys: the messages of
+    /// a subscription mostly share one, read once then.
+    pub(super) last_branch: Mutex<Option<LastBranch>>,
 }
 
 impl RemoteSub {
+    /// The keys of a message's `branch` (its JSON array); `None` when it is
+    /// not an array of keys.
+    pub(super) fn branch_of(&self, json: &[u8]) -> Option<Arc<[Key]>> {
+        let mut last = self.last_branch.lock();
+        if let Some((bytes, keys)) = &*last
+            && **bytes == *json
+        {
+            return Some(keys.clone());
+        }
+        let keys: Arc<[Key]> = serde_json::from_slice::<Vec<Key>>(json).ok()?.into();
+        *last = Some((json.into(), keys.clone()));
+        Some(keys)
+    }
+
     pub(super) fn note_position(&self, epoch: u64, next: Option<u64>) {
         if let Some(n) = next {
             let mut r = self.resume.lock();

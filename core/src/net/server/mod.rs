@@ -328,7 +328,12 @@ impl Server {
             *out.last_heard.lock() = Instant::now();
             // Answers to requests read together leave in one write.
             out.sink.cork();
-            match serde_json::from_slice::<Request>(frame) {
+            // A publish in our client's exact shape is read without the full parse.
+            let parsed = match wire::fast_publish(frame) {
+                Some(req) => Ok(req),
+                None => serde_json::from_slice::<Request>(frame),
+            };
+            match parsed {
                 Ok(req) => {
                     let (id, quiet) = (req.id, req.quiet == Some(true));
                     if req.op != "publish" {
@@ -545,19 +550,7 @@ impl std::task::Wake for Forwarder {
 /// Writes one event frame; a message's JSON is copied as is, never reparsed.
 fn encode_event(buf: &mut Vec<u8>, sub: u64, ev: Event, next: u64) {
     match ev {
-        Event::Message(m) => {
-            let start = buf.len();
-            buf.extend_from_slice(&[0; 4]);
-            buf.extend_from_slice(b"{\"ev\":\"msg\",\"sub\":");
-            buf.extend_from_slice(sub.to_string().as_bytes());
-            buf.extend_from_slice(b",\"branch\":");
-            serde_json::to_writer(&mut *buf, &*m.branch).expect("keys serialize");
-            buf.extend_from_slice(format!(",\"seq\":{},\"next\":{},\"data\":", m.seq, next).as_bytes());
-            buf.extend_from_slice(&m.data);
-            buf.push(b'}');
-            let len = (buf.len() - start - 4) as u32;
-            buf[start..start + 4].copy_from_slice(&len.to_be_bytes());
-        }
+        Event::Message(m) => wire::encode_msg(buf, sub, &m.branch, m.seq, next, &m.data),
         Event::Missed(missed) => {
             wire::encode(&Reply { ev: Some("missed".into()), sub: Some(sub), missed: Some(missed), next: Some(next), ..Default::default() }, buf)
         }

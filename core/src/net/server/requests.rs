@@ -122,7 +122,9 @@ impl ServedConnection {
         let branch = r.branch.unwrap_or_default();
         let data = need(r.data, op, "data")?;
         runtime::collect_woken(&mut self.woken, || engine.publish(&channel, &branch, data.get().as_bytes().into()))?;
-        answer_ok(&self.out, id, &());
+        let mut frame = Vec::with_capacity(32);
+        wire::encode_null_answer(&mut frame, id);
+        self.out.push(frame);
         Ok(())
     }
 
