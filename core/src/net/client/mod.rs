@@ -448,22 +448,30 @@ impl Client {
 
     /// Sends the publishes queued while disconnected, in order, on `conn`
     /// (not yet visible to new calls); those past their time were failed.
+    /// A connection that went down again at once keeps the rest queued, in
+    /// order, for the next one (STORE-02).
     fn flush_offline(&self, conn: &Arc<OwnerConnection>, off: &mut Offline) {
-        off.bytes = 0;
         off.down = None;
-        for q in off.queue.drain(..) {
+        while let Some(Queued { channel, branch, data, answer, until }) = off.queue.pop_front() {
             let mut r = Request::new(0, "publish");
-            r.channel = Some(q.channel);
-            r.branch = Some(q.branch);
-            r.data = Some(&q.data);
+            r.channel = Some(channel.clone());
+            r.branch = Some(branch.clone());
+            r.data = Some(&data);
             conn.publishing.fetch_add(1, Ordering::AcqRel);
-            if let Err((e, a)) = self.try_send(conn, &mut r, Some(q.answer), false) {
+            if let Err((e, a)) = self.try_send(conn, &mut r, Some(answer), false) {
                 conn.publishing.fetch_sub(1, Ordering::AcqRel);
-                if let Some(a) = a {
-                    a.give(Err(e));
+                match a {
+                    Some(answer) if is_disconnected(&e) => {
+                        drop(r);
+                        off.queue.push_front(Queued { channel, branch, data, answer, until });
+                        break;
+                    }
+                    Some(a) => a.give(Err(e)),
+                    None => {}
                 }
             }
         }
+        off.bytes = off.queue.iter().map(Queued::bytes).sum();
     }
 
     /// Queues a publish while disconnected; gives it back with the
@@ -803,15 +811,20 @@ impl Client {
         if let Some(shared) = conn.shared.as_ref().filter(|_| answer.as_ref().is_some_and(Answer::awaited)) {
             shared.expect.expect();
         }
-        if let Some(a) = answer {
+        // Held from the answer's entry to the frame's send: a connection that
+        // ends meanwhile fails its pending answers only after, so an answer
+        // whose frame never left comes back here to be sent again, instead
+        // of being told "cut off" (STORE-02).
+        let mut pending = awaited.then(|| conn.pending.lock());
+        if let (Some(a), Some(p)) = (answer, pending.as_mut()) {
             // A renewal needs none: its lease's deadline stands for it.
             let limit = (!matches!(a, Answer::Renewal(..)))
                 .then(|| Instant::now() + self.request_timeout() + Duration::from_millis(r.wait_ms.unwrap_or(0)));
-            conn.pending.lock().insert(r.id, (a, limit));
+            p.insert(r.id, (a, limit));
         }
         let sent = if later { conn.sink.send_later(&frame, &conn.publishing) } else { conn.sink.send(&frame) };
         if !sent {
-            let unsent = if awaited { conn.pending.lock().remove(&r.id).map(|(a, _)| a) } else { None };
+            let unsent = pending.as_mut().and_then(|p| p.remove(&r.id)).map(|(a, _)| a);
             // Closed by the program, not lost to a reconnect.
             return Err((if self.closed.load(Ordering::Acquire) { Error::closed() } else { disconnected() }, unsent));
         }
