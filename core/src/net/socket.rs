@@ -231,10 +231,34 @@ impl Sink {
 
     /// Sends one frame (or several, back to back); false once closed.
     pub(crate) fn send(&self, frame: &[u8]) -> bool {
+        self.send_entered(frame, None, || {}, || {})
+    }
+
+    /// Sends as [`Sink::send`] does; or, when `unanswered` is given, queues
+    /// the frame without writing it, for an [`Sink::uncork`] soon (the
+    /// client's reader uncorks at each answer it reads): `unanswered` counts
+    /// the requests like this one not yet answered, and when none of them
+    /// has left (all wait here), nothing would come back to uncork, so the
+    /// frames are written now. False once closed. `enter` runs under the sink's lock before the
+    /// frame is written, only when the sink is open, and `leave` after it
+    /// when the write failed: a [`Sink::close`] (which takes the same lock)
+    /// comes either before `enter` or after the frame was taken, so a
+    /// caller's entry for the answer never outlives a frame that did not go.
+    pub(crate) fn send_entered(&self, frame: &[u8], unanswered: Option<&std::sync::atomic::AtomicU64>, enter: impl FnOnce(), leave: impl FnOnce()) -> bool {
         use std::sync::atomic::Ordering;
         let mut s = self.st.lock();
         if s.closed {
             return false;
+        }
+        enter();
+        if let Some(unanswered) = unanswered {
+            s.buf.extend_from_slice(frame);
+            s.held += 1;
+            self.queued.fetch_add(frame.len(), Ordering::AcqRel);
+            if unanswered.load(Ordering::Acquire) <= s.held {
+                self.write_held(&mut s);
+            }
+            return true;
         }
         let mut rest = frame;
         if !s.flushing && s.buf.is_empty() && !s.corked {
@@ -245,6 +269,7 @@ impl Sink {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(_) => {
                     s.closed = true;
+                    leave();
                     return false;
                 }
             }
@@ -254,25 +279,6 @@ impl Sink {
         if !s.flushing && !s.corked {
             s.flushing = true;
             self.wake.notify_one();
-        }
-        true
-    }
-
-    /// Queues a frame without writing it, for an [`Sink::uncork`] soon: the
-    /// client's reader uncorks at each answer it reads. `unanswered` counts
-    /// the requests like this one not yet answered; when none of them has
-    /// left (all wait here), nothing would come back to uncork, so the
-    /// frames are written now. False once closed.
-    pub(crate) fn send_later(&self, frame: &[u8], unanswered: &std::sync::atomic::AtomicU64) -> bool {
-        let mut s = self.st.lock();
-        if s.closed {
-            return false;
-        }
-        s.buf.extend_from_slice(frame);
-        s.held += 1;
-        self.queued.fetch_add(frame.len(), std::sync::atomic::Ordering::AcqRel);
-        if unanswered.load(std::sync::atomic::Ordering::Acquire) <= s.held {
-            self.write_held(&mut s);
         }
         true
     }

@@ -807,26 +807,33 @@ impl Client {
                 answer,
             ));
         }
-        let awaited = answer.is_some();
         if let Some(shared) = conn.shared.as_ref().filter(|_| answer.as_ref().is_some_and(Answer::awaited)) {
             shared.expect.expect();
         }
-        // Held from the answer's entry to the frame's send: a connection that
-        // ends meanwhile fails its pending answers only after, so an answer
-        // whose frame never left comes back here to be sent again, instead
-        // of being told "cut off" (STORE-02).
-        let mut pending = awaited.then(|| conn.pending.lock());
-        if let (Some(a), Some(p)) = (answer, pending.as_mut()) {
+        // Entered under the sink's lock: a connection that ends closes its
+        // sink before it fails its pending answers, so it never fails one
+        // whose frame did not leave; that one comes back here, to be sent
+        // again (STORE-02).
+        let limit = answer.as_ref().filter(|a| !matches!(a, Answer::Renewal(..))).map(|_| {
             // A renewal needs none: its lease's deadline stands for it.
-            let limit = (!matches!(a, Answer::Renewal(..)))
-                .then(|| Instant::now() + self.request_timeout() + Duration::from_millis(r.wait_ms.unwrap_or(0)));
-            p.insert(r.id, (a, limit));
-        }
-        let sent = if later { conn.sink.send_later(&frame, &conn.publishing) } else { conn.sink.send(&frame) };
+            Instant::now() + self.request_timeout() + Duration::from_millis(r.wait_ms.unwrap_or(0))
+        });
+        let mut answer = answer;
+        let mut unsent = None;
+        let id = r.id;
+        let sent = conn.sink.send_entered(
+            &frame,
+            later.then_some(&conn.publishing),
+            || {
+                if let Some(a) = answer.take() {
+                    conn.pending.lock().insert(id, (a, limit));
+                }
+            },
+            || unsent = conn.pending.lock().remove(&id).map(|(a, _)| a),
+        );
         if !sent {
-            let unsent = pending.as_mut().and_then(|p| p.remove(&r.id)).map(|(a, _)| a);
             // Closed by the program, not lost to a reconnect.
-            return Err((if self.closed.load(Ordering::Acquire) { Error::closed() } else { disconnected() }, unsent));
+            return Err((if self.closed.load(Ordering::Acquire) { Error::closed() } else { disconnected() }, unsent.or(answer)));
         }
         Ok(())
     }
