@@ -459,3 +459,37 @@ fn chan_04_nats_kill_9_of_the_subscribers_server_during_a_burst_keeps_order_and_
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(lens, logs.iter().map(|l| l.lock().unwrap().len()).collect::<Vec<_>>(), "nothing after stop()");
 }
+
+/// CHAN-03 is not on NATS yet: a transaction that publishes on a cluster
+/// store is rolled back with an error saying so (its rows are not left
+/// without their news); a publish after the commit works.
+#[test]
+fn chan_03_nats_a_transaction_that_publishes_is_refused_and_rolled_back_for_now() {
+    let (c, n) = shared();
+    let sql = common::dir();
+    let store = Store::connect_with(&address(&c, &n, "chan03"), tinystore::ConnectOptions::new().sql_dir(sql.path())).unwrap();
+    let db = store.database("d").open().unwrap();
+    db.exec(tinystore::sql!("create table t (id integer primary key, v text)")).unwrap();
+    let events = store.channel::<u64>("c").open().unwrap();
+    let mut it = events.under(1).messages().unwrap();
+    let e = db
+        .tx(|tx| -> tinystore::Result<()> {
+            tx.exec(tinystore::sql!("insert into t (v) values (?)", "x"))?;
+            tx.with(&events).under(1).publish(&1)?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert_eq!(e.code(), "invalid", "{e}");
+    assert!(e.message().contains("rolled back") && e.message().contains("publish after the commit"), "{e}");
+    #[derive(serde::Deserialize)]
+    struct N {
+        n: i64,
+    }
+    let rows: Vec<N> = db.query(tinystore::sql!("select count(*) as n from t")).unwrap();
+    assert_eq!(rows[0].n, 0, "rolled back");
+    events.under(1).publish(&2).unwrap();
+    match next(&mut it, 5000) {
+        Some(Delivery::Message(m)) => assert_eq!(m.value, 2),
+        other => panic!("{other:?}"),
+    }
+}

@@ -259,11 +259,13 @@ impl Store {
     ///
     /// `etcd://HOST:PORT,.../PREFIX` (`etcds://` for TLS) is a cluster
     /// store: its locks, semaphores and fences in an etcd cluster, every
-    /// key under `/PREFIX/` (docs/cluster.md); its channels are not there
-    /// yet, and its SQL databases are files on this machine. Errors there:
-    /// `invalid` (the address, or TLS without a CA), `unavailable` (no
-    /// member answered within the request timeout), `auth` (etcd's user or
-    /// password). Errors: `invalid` (address, or `tls:` without a CA),
+    /// key under `/PREFIX/` (docs/cluster.md); its channels on NATS
+    /// JetStream when the address names NATS servers
+    /// (`?nats=nats://HOST:PORT,...`, `&replicas=N`), else none; its SQL
+    /// databases are files on this machine. Errors there: `invalid` (the
+    /// address, or TLS without a CA), `unavailable` (no etcd member or
+    /// NATS server answered within the request timeout), `auth` (etcd's
+    /// user or password). Errors: `invalid` (address, or `tls:` without a CA),
     /// `io` (nobody listens, or the CA file is unreadable), `auth` (token,
     /// or a certificate the CA does not vouch for), `protocol` (TLS on one
     /// side only).
