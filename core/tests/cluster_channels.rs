@@ -26,8 +26,17 @@ fn address(c: &Cluster, n: &Nats, prefix: &str) -> String {
     format!("{}?nats={}", c.address(prefix), n.urls())
 }
 
+/// The request timeout of the tests' stores: the tests of this file run
+/// at once on 2 cores beside 6 servers, where a stream's first leader
+/// election has been seen to take longer than the default 10 s.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn connect_to(address: &str) -> Store {
+    Store::connect_with(address, tinystore::ConnectOptions::new().request_timeout(TIMEOUT)).expect("connect to the cluster store")
+}
+
 fn connect(c: &Cluster, n: &Nats, prefix: &str) -> Store {
-    Store::connect(&address(c, n, prefix)).expect("connect to the cluster store")
+    connect_to(&address(c, n, prefix))
 }
 
 fn next(it: &mut tinystore::Messages<u64>, ms: u64) -> Option<Delivery<u64>> {
@@ -364,7 +373,9 @@ fn chan_04_nats_kill_9_of_the_subscribers_server_during_a_burst_keeps_order_and_
     let mut n = Nats::start();
     // The subscriber knows only node 0 (it learns the others from it); the
     // publisher is on nodes 1 and 2.
-    let sub_store = Store::connect(&format!("{}?nats={}", c.address("chan04kill"), n.urls_of(&[0]))).unwrap();
+    let sub_store = connect_to(&format!("{}?nats={}", c.address("chan04kill"), n.urls_of(&[0])));
+    // The default request timeout (10 s), as a user's: a publish may fail
+    // over the failover, and the test counts how many.
     let pub_store = Store::connect(&format!("{}?nats={}", c.address("chan04kill"), n.urls_of(&[1, 2]))).unwrap();
     let sub_ch = sub_store.channel::<(u32, u64)>("burst").open().unwrap();
     let pub_ch = pub_store.channel::<(u32, u64)>("burst").open().unwrap();

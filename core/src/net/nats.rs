@@ -535,7 +535,7 @@ impl Jet {
                     let _ = e;
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                Err(e) => return Err(Error::new(ErrorKind::Unavailable, format!("subscribing to channel {channel:?}: NATS said: {e}"))),
+                Err(e) => return Err(Error::new(ErrorKind::Unavailable, format!("subscribing to channel {channel:?}: reading its branch's newest message, NATS said: {e}"))),
             }
         };
         let config = consumer::pull::OrderedConfig {
@@ -552,7 +552,7 @@ impl Jet {
                     let _ = e;
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                Err(e) => return Err(Error::new(ErrorKind::Unavailable, format!("subscribing to channel {channel:?}: NATS said: {e}"))),
+                Err(e) => return Err(Error::new(ErrorKind::Unavailable, format!("subscribing to channel {channel:?}: making its consumer, NATS said: {e} (within the request timeout, {:?})", self.timeout))),
             }
         };
         let shared = Arc::new(SubShared {
