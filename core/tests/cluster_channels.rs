@@ -504,3 +504,30 @@ fn chan_03_nats_a_transaction_that_publishes_is_refused_and_rolled_back_for_now(
         other => panic!("{other:?}"),
     }
 }
+
+/// `status` of a cluster store with channels: per branch, its subscribers
+/// in every process, what the stream keeps of it, its newest sequence; and
+/// the NATS server this process is on.
+#[test]
+fn chan_02_nats_status_shows_each_branch_its_subscribers_and_what_the_stream_keeps() {
+    let (c, n) = shared();
+    let (a, b) = (connect(&c, &n, "status"), connect(&c, &n, "status"));
+    let ea = a.channel::<u64>("c").open().unwrap();
+    let mut it = b.channel::<u64>("c").open().unwrap().under(1).messages().unwrap();
+    let _tree = b.channel::<u64>("c").open().unwrap().under("t").recursive().subscribe(|_| {}).unwrap();
+    for i in 0..5 {
+        ea.under(1).publish(&i).unwrap();
+    }
+    ea.under("t").under(2).publish(&9).unwrap();
+    assert!(matches!(next(&mut it, 5000), Some(Delivery::Message(_))));
+    let st = a.status().unwrap();
+    let one = st.branches.iter().find(|x| x.channel == "c" && x.branch == vec![Key::from(1)]).unwrap_or_else(|| panic!("{:?}", st.branches));
+    assert_eq!((one.subscribers, one.kept_messages, one.published), (1, 5, 5), "{one:?}");
+    assert_eq!(one.lag.len(), 1);
+    let t = st.branches.iter().find(|x| x.branch == vec![Key::from("t")]).unwrap_or_else(|| panic!("{:?}", st.branches));
+    assert_eq!(t.recursive_subscribers, 1, "{t:?}");
+    assert!(st.branches.iter().any(|x| x.branch == vec![Key::from("t"), Key::from(2)] && x.kept_messages == 1));
+    let v = a.status_json().unwrap();
+    assert!(v["cluster"]["nats"]["server"].as_str().is_some_and(|s| s.starts_with("127.0.0.1:")), "{v}");
+    assert_eq!(b.status().unwrap().subscriptions, 2);
+}

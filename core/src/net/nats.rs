@@ -628,6 +628,65 @@ impl Jet {
         }
     }
 
+    /// Per branch of every channel of the store that has a stream: its
+    /// subscriptions in every process (the ordered consumers on it, each
+    /// with its lag: the messages the stream has for it that it has not
+    /// read yet), the messages the stream keeps, and its newest branch
+    /// sequence; in the shape of `BranchStatus`. A stopped subscription's
+    /// consumer is counted until NATS removes it (30 s idle).
+    pub(crate) async fn branches_status(&self) -> Result<Vec<serde_json::Value>> {
+        let bad = |e: &dyn std::fmt::Display| nats_error("reading the store's streams", e, ErrorKind::Unavailable);
+        let prefix = format!("ts-{}-", self.names.prefix);
+        let names: Vec<String> = self.js.stream_names().filter_map(|r| futures::future::ready(r.ok())).collect().await;
+        let mut out: Vec<serde_json::Value> = Vec::new();
+        for name in names {
+            let Some(channel) = name.strip_prefix(&prefix).and_then(unescape) else { continue };
+            let s = self.js.get_stream(&name).await.map_err(|e| bad(&e))?;
+            let root = self.names.root(&channel);
+            // branch -> (own subscribers, recursive ones, kept, newest seq, lags)
+            let mut rows: std::collections::BTreeMap<Vec<Key>, (usize, usize, usize, u64, Vec<u64>)> = Default::default();
+            let mut subjects = s.info_with_subjects(format!("{root}.>")).await.map_err(|e| bad(&e))?;
+            while let Some(x) = subjects.next().await {
+                let (subject, kept) = x.map_err(|e| bad(&e))?;
+                if let Some(b) = self.names.branch_of(&channel, &subject) {
+                    let newest = last_of(&s, &subject).await.map(|(_, b)| b).unwrap_or(0);
+                    let r = rows.entry(b).or_default();
+                    r.2 = kept;
+                    r.3 = newest;
+                }
+            }
+            let mut consumers = s.consumers();
+            while let Some(c) = consumers.next().await {
+                let c = c.map_err(|e| bad(&e))?;
+                let f = &c.config.filter_subject;
+                let (branch, recursive) = match f.strip_suffix(".>") {
+                    Some(tree) => (self.names.branch_of(&channel, &format!("{tree}._")), true),
+                    None => (self.names.branch_of(&channel, f), false),
+                };
+                let Some(branch) = branch else { continue };
+                let r = rows.entry(branch).or_default();
+                if recursive {
+                    r.1 += 1;
+                } else {
+                    r.0 += 1;
+                }
+                r.4.push(c.num_pending);
+            }
+            for (branch, (own, rec, kept, newest, lag)) in rows {
+                out.push(serde_json::json!({
+                    "channel": channel, "branch": branch, "subscribers": own, "recursive_subscribers": rec,
+                    "kept_messages": kept, "kept_bytes": 0, "published": newest, "lag": lag,
+                }));
+            }
+        }
+        Ok(out)
+    }
+
+    /// This process's subscriptions now.
+    pub(crate) fn subscription_count(&self) -> usize {
+        self.subs.lock().iter().filter(|w| w.upgrade().is_some_and(|s| !s.state.lock().stopped)).count()
+    }
+
     /// The servers this connection knows and the one it is on, for `status`.
     pub(crate) fn status(&self) -> serde_json::Value {
         let info = self.client.server_info();

@@ -120,6 +120,8 @@ impl Backend for Cluster {
         let mut v = runtime::block_on(self.etcd.status())?;
         if let Some(j) = &self.jet {
             v["cluster"]["nats"] = j.status();
+            v["branches"] = runtime::block_on(j.branches_status())?.into();
+            v["subscriptions"] = j.subscription_count().into();
         }
         Ok(v)
     }
