@@ -643,16 +643,15 @@ impl Jet {
             let Some(channel) = name.strip_prefix(&prefix).and_then(unescape) else { continue };
             let s = self.js.get_stream(&name).await.map_err(|e| bad(&e))?;
             let root = self.names.root(&channel);
-            // branch -> (own subscribers, recursive ones, kept, newest seq, lags)
-            let mut rows: std::collections::BTreeMap<Vec<Key>, (usize, usize, usize, u64, Vec<u64>)> = Default::default();
+            let mut rows: std::collections::BTreeMap<Vec<Key>, BranchRow> = Default::default();
             let mut subjects = s.info_with_subjects(format!("{root}.>")).await.map_err(|e| bad(&e))?;
             while let Some(x) = subjects.next().await {
                 let (subject, kept) = x.map_err(|e| bad(&e))?;
                 if let Some(b) = self.names.branch_of(&channel, &subject) {
                     let newest = last_of(&s, &subject).await.map(|(_, b)| b).unwrap_or(0);
                     let r = rows.entry(b).or_default();
-                    r.2 = kept;
-                    r.3 = newest;
+                    r.kept = kept;
+                    r.newest = newest;
                 }
             }
             let mut consumers = s.consumers();
@@ -666,16 +665,16 @@ impl Jet {
                 let Some(branch) = branch else { continue };
                 let r = rows.entry(branch).or_default();
                 if recursive {
-                    r.1 += 1;
+                    r.recursive += 1;
                 } else {
-                    r.0 += 1;
+                    r.own += 1;
                 }
-                r.4.push(c.num_pending);
+                r.lag.push(c.num_pending);
             }
-            for (branch, (own, rec, kept, newest, lag)) in rows {
+            for (branch, r) in rows {
                 out.push(serde_json::json!({
-                    "channel": channel, "branch": branch, "subscribers": own, "recursive_subscribers": rec,
-                    "kept_messages": kept, "kept_bytes": 0, "published": newest, "lag": lag,
+                    "channel": channel, "branch": branch, "subscribers": r.own, "recursive_subscribers": r.recursive,
+                    "kept_messages": r.kept, "kept_bytes": 0, "published": r.newest, "lag": r.lag,
                 }));
             }
         }
@@ -711,6 +710,16 @@ async fn last_of(s: &stream::Stream, subject: &str) -> std::result::Result<(u64,
         Err(e) if matches!(e.kind(), stream::LastRawMessageErrorKind::NoMessageFound) => Ok((0, 0)),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// What `status` gathers of one branch.
+#[derive(Default)]
+struct BranchRow {
+    own: usize,
+    recursive: usize,
+    kept: usize,
+    newest: u64,
+    lag: Vec<u64>,
 }
 
 fn header_u64(h: &async_nats::HeaderMap, name: &str) -> Option<u64> {
