@@ -348,6 +348,10 @@ fn chan_07_nats_branch_keeps_newest_1024_messages() {
     for i in 0..1100 {
         events.under(1).publish(&i).unwrap();
     }
+    // The stream keeps the newest 1,024 of the branch, its sequence at 1,100.
+    let st = store.status().unwrap();
+    let b = st.branches.iter().find(|b| b.channel == "c" && b.branch == vec![Key::from(1)]).unwrap();
+    assert_eq!((b.kept_messages, b.published), (1024, 1100), "{b:?}");
     // A reader that read nothing yet and reads now: at most 1,024 in its queue.
     std::thread::sleep(Duration::from_millis(500));
     match next(&mut it, 5000) {
