@@ -535,3 +535,18 @@ fn chan_02_nats_status_shows_each_branch_its_subscribers_and_what_the_stream_kee
     assert!(v["cluster"]["nats"]["server"].as_str().is_some_and(|s| s.starts_with("127.0.0.1:")), "{v}");
     assert_eq!(b.status().unwrap().subscriptions, 2);
 }
+
+/// A cluster store whose NATS servers do not answer is not opened: the
+/// connect fails with `unavailable`, naming the servers.
+#[test]
+fn store_cluster_nats_servers_down_fail_the_connect_with_unavailable() {
+    let c = Cluster::shared();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let t = Instant::now();
+    let e = Store::connect_with(&format!("{}?nats=nats://127.0.0.1:{port}", c.address("natsdown")), tinystore::ConnectOptions::new().request_timeout(Duration::from_secs(3)))
+        .err()
+        .expect("no NATS server there");
+    assert_eq!(e.code(), "unavailable", "{e}");
+    assert!(e.message().contains(&port.to_string()), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}

@@ -289,7 +289,6 @@ impl Jet {
         let r = reconnects.clone();
         let mut o = async_nats::ConnectOptions::new()
             .connection_timeout(opts.request_timeout)
-            .retry_on_initial_connect()
             .max_reconnects(None)
             .reconnect_delay_callback(|n| Duration::from_millis((50 * n as u64).min(500)))
             .event_callback(move |e| {
