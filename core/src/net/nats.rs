@@ -37,7 +37,8 @@ const PREV_HEADER: &str = "Tinystore-Prev";
 /// How long an idle ordered consumer's pull waits: a dead server is noticed
 /// after two missed heartbeats of half of this.
 const PULL_EXPIRES: Duration = Duration::from_secs(2);
-/// How long a subscription's consumer may be quiet before it is checked.
+/// How long a subscription's consumer may be quiet before it is first
+/// checked (then twice as long each time, up to 32 times).
 const STALL_CHECK: Duration = Duration::from_secs(2);
 
 /// The `nats=` part of a cluster address.
@@ -829,6 +830,7 @@ impl Reader {
     async fn run(mut self, messages: consumer::pull::Ordered, shared: Arc<SubShared>) {
         let mut messages = Some(messages);
         let mut stalled_at: Option<u64> = None;
+        let mut quiet_checks: u32 = 0;
         loop {
             if shared.state.lock().stopped {
                 return;
@@ -855,7 +857,10 @@ impl Reader {
             let next = tokio::select! {
                 m = ms.next() => m,
                 _ = shared.stop.notified() => return,
-                _ = tokio::time::sleep(STALL_CHECK) => {
+                // Checked every 2 s of quiet at first, then less often (up
+                // to every 64 s), so idle subscriptions cost the servers little.
+                _ = tokio::time::sleep(STALL_CHECK * (1 << quiet_checks.min(5))) => {
+                    quiet_checks += 1;
                     // Quiet: if the stream has more for this filter than was
                     // read, twice in a row with no progress, the consumer is
                     // stuck (seen after a kill -9 of its server): make it again.
@@ -872,6 +877,7 @@ impl Reader {
                 }
             };
             stalled_at = None;
+            quiet_checks = 0;
             match next {
                 Some(Ok(m)) => {
                     if let Ok(info) = m.info() {
