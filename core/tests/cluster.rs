@@ -366,8 +366,9 @@ fn store_02_cluster_without_a_quorum_holds_are_unavailable_then_work_again() {
     assert!(ok, "holds work again with a quorum");
 }
 
-/// Channels are not on a cluster store yet: every channel call fails at
-/// once with an error saying where they come from.
+/// A cluster store whose address names no NATS servers has no channels:
+/// every channel call fails at once with an error saying where they come
+/// from (tests/cluster_channels.rs has them on NATS).
 #[test]
 fn chan_01_cluster_channel_calls_fail_at_once_saying_they_come_from_nats() {
     let c = Cluster::shared();
@@ -391,6 +392,9 @@ fn store_cluster_a_malformed_address_is_a_clear_invalid_error() {
     }
     let e = Store::connect("etcds://127.0.0.1:1/app").err().unwrap();
     assert!(e.message().contains("CA"), "{e}");
+    let e = Store::connect("etcd://127.0.0.1:2379/app?nats=127.0.0.1:4222").err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Invalid, "{e}");
+    assert!(e.message().contains("nats://HOST:PORT") && e.message().contains("?nats=nats://10.0.0.1:4222"), "{e}");
 }
 
 /// Nobody listens: `unavailable` within the request timeout.

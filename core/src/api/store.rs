@@ -58,6 +58,8 @@ pub struct ConnectOptions {
     etcd_user: Option<(String, String)>,
     etcd_identity: Option<(PathBuf, PathBuf)>,
     sql_dir: Option<PathBuf>,
+    nats_creds: Option<PathBuf>,
+    nats_user: Option<(String, String)>,
 }
 
 impl ConnectOptions {
@@ -99,7 +101,19 @@ impl ConnectOptions {
         self.sql_dir = Some(dir.into());
         self
     }
-    /// For `tls:` and `etcds://` addresses: a PEM file of the CA certificate(s) that signed
+    /// For cluster addresses with `?nats=`: a NATS credentials file (its
+    /// JWT and nkey seed), instead of `TINYSTORE_NATS_CREDS`.
+    pub fn nats_credentials(mut self, path: impl Into<PathBuf>) -> ConnectOptions {
+        self.nats_creds = Some(path.into());
+        self
+    }
+    /// For cluster addresses with `?nats=`: NATS's user and password,
+    /// instead of `TINYSTORE_NATS_USER` and `TINYSTORE_NATS_PASSWORD`.
+    pub fn nats_user(mut self, user: impl Into<String>, password: impl Into<String>) -> ConnectOptions {
+        self.nats_user = Some((user.into(), password.into()));
+        self
+    }
+    /// For `tls:` and `etcds://` addresses (and `tls://` NATS servers): a PEM file of the CA certificate(s) that signed
     /// the store's certificate (for a self-signed one, that certificate),
     /// instead of `TINYSTORE_CA`. Only these are trusted: no public roots.
     pub fn ca_file(mut self, path: impl Into<PathBuf>) -> ConnectOptions {
@@ -127,12 +141,18 @@ impl ConnectOptions {
             _ => None,
         });
         let identity = self.etcd_identity.or_else(|| Some((env("TINYSTORE_ETCD_CERT")?, env("TINYSTORE_ETCD_KEY")?)));
-        let eo = EtcdOptions {
-            user,
-            ca_file: self.ca_file.or_else(|| env("TINYSTORE_CA")),
-            identity,
-            request_timeout: self.request_timeout.unwrap_or(crate::base::limits::REQUEST_TIMEOUT),
+        let ca_file = self.ca_file.or_else(|| env("TINYSTORE_CA"));
+        let request_timeout = self.request_timeout.unwrap_or(crate::base::limits::REQUEST_TIMEOUT);
+        let nats = crate::net::nats::NatsOptions {
+            creds_file: self.nats_creds.or_else(|| env("TINYSTORE_NATS_CREDS")),
+            user: self.nats_user.or_else(|| match (std::env::var("TINYSTORE_NATS_USER"), std::env::var("TINYSTORE_NATS_PASSWORD")) {
+                (Ok(u), Ok(p)) if !u.is_empty() => Some((u, p)),
+                _ => None,
+            }),
+            ca_file: ca_file.clone(),
+            request_timeout,
         };
+        let eo = EtcdOptions { user, ca_file, identity, request_timeout, nats };
         let dir = self.sql_dir.or_else(|| env("TINYSTORE_CLUSTER_SQL_DIR")).unwrap_or_else(|| {
             let data = env("XDG_DATA_HOME").or_else(|| env("HOME").map(|h| h.join(".local/share"))).unwrap_or_else(std::env::temp_dir);
             data.join("tinystore").join("cluster").join(addr.prefix.replace('/', "_"))
@@ -239,11 +259,13 @@ impl Store {
     ///
     /// `etcd://HOST:PORT,.../PREFIX` (`etcds://` for TLS) is a cluster
     /// store: its locks, semaphores and fences in an etcd cluster, every
-    /// key under `/PREFIX/` (docs/cluster.md); its channels are not there
-    /// yet, and its SQL databases are files on this machine. Errors there:
-    /// `invalid` (the address, or TLS without a CA), `unavailable` (no
-    /// member answered within the request timeout), `auth` (etcd's user or
-    /// password). Errors: `invalid` (address, or `tls:` without a CA),
+    /// key under `/PREFIX/` (docs/cluster.md); its channels on NATS
+    /// JetStream when the address names NATS servers
+    /// (`?nats=nats://HOST:PORT,...`, `&replicas=N`), else none; its SQL
+    /// databases are files on this machine. Errors there: `invalid` (the
+    /// address, or TLS without a CA), `unavailable` (no etcd member or
+    /// NATS server answered within the request timeout), `auth` (etcd's
+    /// user or password). Errors: `invalid` (address, or `tls:` without a CA),
     /// `io` (nobody listens, or the CA file is unreadable), `auth` (token,
     /// or a certificate the CA does not vouch for), `protocol` (TLS on one
     /// side only).
@@ -277,9 +299,17 @@ impl Store {
     /// (docs/cluster.md).
     fn connect_cluster(address: &str, opts: ConnectOptions) -> Result<Store> {
         let (addr, eo, dir) = opts.for_cluster(address)?;
-        let etcd = runtime::block_on(Etcd::connect(&addr, eo))?;
+        let nats_opts = eo.nats.clone();
+        let (etcd, jet) = runtime::block_on(async {
+            let etcd = Etcd::connect(&addr, eo).await?;
+            let jet = match &addr.nats {
+                Some(n) => Some(crate::net::nats::Jet::connect(n, &addr.prefix, nats_opts).await?),
+                None => None,
+            };
+            Ok::<_, crate::base::error::Error>((etcd, jet))
+        })?;
         Ok(Store { inner: Arc::new(Inner { dir, closed: AtomicBool::new(false),
-            closing: AtomicBool::new(false), backend: Box::new(Cluster::new(etcd)) }) })
+            closing: AtomicBool::new(false), backend: Box::new(Cluster::new(etcd, jet)) }) })
     }
 
     /// Serves this store on another address as well. `tcp:HOST:PORT` needs

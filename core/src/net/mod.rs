@@ -5,6 +5,7 @@
 pub(crate) mod client;
 pub(crate) mod etcd;
 pub(crate) mod files;
+pub(crate) mod nats;
 pub(crate) mod server;
 pub(crate) mod socket;
 pub mod spin;

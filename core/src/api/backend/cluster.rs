@@ -1,39 +1,55 @@
 //! The cluster backend: the store's locks, semaphores and fences live in
-//! an etcd cluster ([`Etcd`]), reached at `etcd://HOST:PORT,.../PREFIX`.
-//! No process owns it. Channels are not on a cluster store yet (they come
-//! from NATS, a later change); SQL databases are files on this machine.
+//! an etcd cluster ([`Etcd`]), reached at `etcd://HOST:PORT,.../PREFIX`;
+//! its channels on NATS JetStream ([`Jet`]) when the address names NATS
+//! servers (`?nats=...`). No process owns it. SQL databases are files on
+//! this machine.
 
 use std::path::Path;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::{Backend, BackendLease, BackendSubscription, BoxFuture, Done, LeaseBackend, LockBackend};
+use super::{Backend, BackendLease, BackendSubscription, BoxFuture, Done, LeaseBackend, LockBackend, SubscriptionBackend};
 use crate::api::publish::Publish;
 use crate::base::error::{Error, Result};
 use crate::base::fence::Fence;
 use crate::base::key::Key;
-use crate::engine::channels::{Resume, Scope};
+use crate::engine::channels::{Event, Resume, Scope, check_message};
 use crate::engine::locks::{Holder, Kind, Terms};
 use crate::engine::tickets::Held;
 use crate::net::client::LoopReader;
 use crate::net::etcd::{ClusterLease, ClusterLock, Etcd};
+use crate::net::nats::{Finish, Jet, NatsSubscription};
 use crate::net::wire::Address;
 use crate::runtime;
 
 pub(crate) struct Cluster {
     etcd: Arc<Etcd>,
+    /// The store's channels, when its address names NATS servers.
+    jet: Option<Arc<Jet>>,
 }
 
 impl Cluster {
-    pub(crate) fn new(etcd: Arc<Etcd>) -> Cluster {
-        Cluster { etcd }
+    pub(crate) fn new(etcd: Arc<Etcd>, jet: Option<Arc<Jet>>) -> Cluster {
+        Cluster { etcd, jet }
+    }
+
+    fn jet(&self) -> Result<&Arc<Jet>> {
+        self.jet.as_ref().ok_or_else(no_channels)
     }
 }
 
-/// What a channel call on a cluster store says.
+/// What a channel call on a cluster store without NATS says.
 fn no_channels() -> Error {
     Error::invalid(
-        "channels are not on a cluster (etcd://) store yet: on a cluster they will come from NATS JetStream (a later release); use a store opened on one machine (open(dir), unix:, tcp:, tls:) for channels, and this one for locks and fences",
+        "this cluster (etcd://) store has no channels: on a cluster they come from NATS JetStream, so name its servers in the address, like etcd://10.0.0.1:2379/myapp?nats=nats://10.0.0.1:4222,10.0.0.2:4222 (docs/cluster.md); or use a store opened on one machine (open(dir), unix:, tcp:, tls:) for channels",
+    )
+}
+
+/// What a transaction's publish on a cluster store says (CHAN-03 there is to come).
+fn no_transactions() -> Error {
+    Error::invalid(
+        "a publish inside a SQL transaction is not on a cluster store yet (its outbox on NATS is to come, docs/cluster.md): publish after the commit, or use a store opened on one machine",
     )
 }
 
@@ -47,30 +63,52 @@ impl Backend for Cluster {
     }
 
     fn check_can_publish(&self) -> Result<()> {
-        Err(no_channels())
+        self.jet()?.check_open()
     }
 
-    fn publish(&self, _channel: &str, _branch: &[Key], _data: Box<[u8]>) -> Publish {
-        Publish::done(Err(no_channels()))
+    /// Resolves once the stream has the message (its branch's earlier ones first).
+    fn publish(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Publish {
+        let jet = match self.jet() {
+            Ok(j) => j,
+            Err(e) => return Publish::done(Err(e)),
+        };
+        if let Err(e) = check_message(&data) {
+            return Publish::done(Err(e));
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        jet.publish(channel, branch, data, Finish::Oneshot(tx));
+        Publish::waiting(rx, None)
     }
 
-    fn publish_then(&self, _channel: &str, _branch: &[Key], _data: &[u8], _keep_done: &mut dyn FnMut() -> Done) -> Option<Result<()>> {
-        Some(Err(no_channels()))
+    fn publish_then(&self, channel: &str, branch: &[Key], data: &[u8], keep_done: &mut dyn FnMut() -> Done) -> Option<Result<()>> {
+        let jet = match self.jet() {
+            Ok(j) => j,
+            Err(e) => return Some(Err(e)),
+        };
+        if let Err(e) = check_message(data) {
+            return Some(Err(e));
+        }
+        jet.publish(channel, branch, data.into(), Finish::Call(keep_done()));
+        None
     }
 
     fn take_ticket(&self, _channels: Vec<Arc<str>>) -> Result<u64> {
-        Err(no_channels())
+        self.jet()?;
+        Err(no_transactions())
     }
 
     fn end_ticket(&self, _ticket: u64, msgs: Option<Vec<Held>>) -> Result<()> {
         match msgs {
             None => Ok(()),
-            Some(_) => Err(no_channels()),
+            Some(_) => Err(no_transactions()),
         }
     }
 
-    fn subscribe<'a>(&'a self, _channel: &'a str, _branch: &'a [Key], _scope: Scope, _resume: Option<Resume>) -> BoxFuture<'a, Result<BackendSubscription>> {
-        Box::pin(std::future::ready(Err(no_channels())))
+    fn subscribe<'a>(&'a self, channel: &'a str, branch: &'a [Key], scope: Scope, _resume: Option<Resume>) -> BoxFuture<'a, Result<BackendSubscription>> {
+        Box::pin(async move {
+            let sub = self.jet()?.subscribe(channel, branch, scope).await?;
+            Ok(Box::new(ClusterSubscription(sub)) as BackendSubscription)
+        })
     }
 
     fn lock<'a>(&'a self, name: &'a str, kind: Kind) -> BoxFuture<'a, Result<Arc<dyn LockBackend>>> {
@@ -79,7 +117,13 @@ impl Backend for Cluster {
 
     fn status_json(&self, _dir: &Path) -> Result<serde_json::Value> {
         self.etcd.check_open()?;
-        runtime::block_on(self.etcd.status())
+        let mut v = runtime::block_on(self.etcd.status())?;
+        if let Some(j) = &self.jet {
+            v["cluster"]["nats"] = j.status();
+            v["branches"] = runtime::block_on(j.branches_status())?.into();
+            v["subscriptions"] = j.subscription_count().into();
+        }
+        Ok(v)
     }
 
     fn shutdown_owner(&self) -> Result<()> {
@@ -102,17 +146,30 @@ impl Backend for Cluster {
         None
     }
 
-    fn settle(&self, _limit: Duration) -> BoxFuture<'_, ()> {
-        Box::pin(async {})
+    /// Waits for the publishes taken so far to be in their streams.
+    fn settle(&self, limit: Duration) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(j) = &self.jet {
+                j.settle(limit).await;
+            }
+        })
     }
 
     /// Revokes this process's etcd leases: its keys are let go at once.
+    /// Subscriptions end once what they hold is read.
     fn close(&self, _dir: &Path) {
         let etcd = self.etcd.clone();
+        let jet = self.jet.clone();
+        let both = async move {
+            if let Some(j) = jet {
+                j.close().await;
+            }
+            etcd.close().await
+        };
         if tokio::task::try_id().is_some() {
-            runtime::spawn(async move { etcd.close().await });
+            runtime::spawn(both);
         } else {
-            runtime::block_on(etcd.close());
+            runtime::block_on(both);
         }
     }
 }
@@ -181,5 +238,24 @@ impl LeaseBackend for ClusterLeaseHandle {
     }
     fn lost_error(&self) -> Error {
         self.0.lost_error()
+    }
+}
+
+/// A subscription on NATS: an ordered consumer read into a bounded queue.
+struct ClusterSubscription(NatsSubscription);
+
+impl SubscriptionBackend for ClusterSubscription {
+    fn read(&self, cx: Option<&mut Context<'_>>) -> Poll<Option<Event>> {
+        self.0.read(cx)
+    }
+    fn is_ended(&self) -> bool {
+        self.0.is_ended()
+    }
+    fn stop(&self) {
+        self.0.stop()
+    }
+    /// The subscription resumes by itself after a reconnect: nothing to keep here.
+    fn resume_point(&self) -> Resume {
+        Resume { log: 0, next: 0 }
     }
 }

@@ -18,6 +18,7 @@ use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, Tx
 
 pub(crate) use self::lease::ClusterLease;
 pub(crate) use self::lock::ClusterLock;
+use crate::net::nats::NatsAddress;
 use self::lease::Session;
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::engine::locks::Kind;
@@ -34,9 +35,12 @@ pub(crate) struct EtcdAddress {
     pub(crate) prefix: String,
     /// `etcds://`: TLS to every member.
     pub(crate) tls: bool,
+    /// `?nats=...`: the NATS servers the store's channels are on.
+    pub(crate) nats: Option<NatsAddress>,
 }
 
 const EXAMPLE: &str = "etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379/myapp";
+const NATS_EXAMPLE: &str = "etcd://10.0.0.1:2379,10.0.0.2:2379/myapp?nats=nats://10.0.0.1:4222,10.0.0.2:4222";
 
 impl EtcdAddress {
     /// True when `address` is meant for etcd (its scheme is `etcd` or `etcds`).
@@ -45,9 +49,34 @@ impl EtcdAddress {
     }
 
     /// Parses `etcd://HOST[:PORT][,HOST[:PORT]...]/PREFIX` (`etcds://` for
-    /// TLS). Errors with `invalid`, naming what is wrong and an example.
+    /// TLS), optionally followed by `?nats=nats://HOST[:PORT],...` (the
+    /// NATS servers of its channels; `&replicas=N`, default 3). Errors with
+    /// `invalid`, naming what is wrong and an example.
     pub(crate) fn parse(address: &str) -> Result<EtcdAddress> {
-        let bad = |what: &str| Error::invalid(format!("the cluster address {address:?} {what}; write it like {EXAMPLE} (etcds:// for TLS)"));
+        let bad = |what: &str| Error::invalid(format!("the cluster address {address:?} {what}; write it like {EXAMPLE} (etcds:// for TLS), or with channels on NATS like {NATS_EXAMPLE}"));
+        let (address_part, query) = match address.split_once('?') {
+            Some((a, q)) => (a, Some(q)),
+            None => (address, None),
+        };
+        let mut nats = None;
+        let mut replicas = None;
+        if let Some(q) = query {
+            for kv in q.split('&') {
+                match kv.split_once('=') {
+                    Some(("nats", v)) if nats.is_none() => nats = Some(NatsAddress::parse(v, &bad)?),
+                    Some(("replicas", v)) => {
+                        replicas = Some(v.parse::<usize>().ok().filter(|n| (1..=5).contains(n)).ok_or_else(|| bad(&format!("has replicas={v}: a stream has 1 to 5 replicas")))?)
+                    }
+                    _ => return Err(bad(&format!("has the option {kv:?}: the options are nats=nats://HOST:PORT,... and replicas=N"))),
+                }
+            }
+            match (&mut nats, replicas) {
+                (None, _) => return Err(bad("has options but no nats=: name the NATS servers of its channels")),
+                (Some(n), Some(r)) => n.replicas = r,
+                _ => {}
+            }
+        }
+        let address = address_part;
         let (tls, rest) = if let Some(r) = address.strip_prefix("etcds://") {
             (true, r)
         } else if let Some(r) = address.strip_prefix("etcd://") {
@@ -86,13 +115,17 @@ impl EtcdAddress {
             }
             endpoints.push(format!("{host}:{port}"));
         }
-        Ok(EtcdAddress { endpoints, prefix: prefix.to_owned(), tls })
+        Ok(EtcdAddress { endpoints, prefix: prefix.to_owned(), tls, nats })
     }
 }
 
 impl std::fmt::Display for EtcdAddress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}://{}/{}", if self.tls { "etcds" } else { "etcd" }, self.endpoints.join(","), self.prefix)
+        write!(f, "{}://{}/{}", if self.tls { "etcds" } else { "etcd" }, self.endpoints.join(","), self.prefix)?;
+        if let Some(n) = &self.nats {
+            write!(f, "?{n}")?;
+        }
+        Ok(())
     }
 }
 
@@ -107,6 +140,8 @@ pub(crate) struct EtcdOptions {
     pub(crate) identity: Option<(PathBuf, PathBuf)>,
     /// How long one call to etcd may take before it fails with `unavailable`.
     pub(crate) request_timeout: Duration,
+    /// How to reach the NATS servers of `?nats=`.
+    pub(crate) nats: crate::net::nats::NatsOptions,
 }
 
 /// A connection to the cluster, for one store (one prefix).
@@ -541,6 +576,42 @@ mod tests {
             let e = EtcdAddress::parse(a).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::Invalid);
             assert!(e.message().contains(says) && e.message().contains(EXAMPLE), "{a}: {}", e.message());
+        }
+    }
+
+    #[test]
+    fn an_address_may_name_nats_servers_for_its_channels() {
+        let a = EtcdAddress::parse("etcd://h1:2379,h2/myapp?nats=nats://h1:4222,h2:4223").unwrap();
+        assert_eq!(a.endpoints, ["h1:2379", "h2:2379"]);
+        assert_eq!(a.prefix, "myapp");
+        let n = a.nats.clone().unwrap();
+        assert_eq!(n.urls, ["nats://h1:4222", "nats://h2:4223"]);
+        assert_eq!(n.replicas, 3);
+        assert!(!n.tls);
+        assert_eq!(a.to_string(), "etcd://h1:2379,h2:2379/myapp?nats=nats://h1:4222,nats://h2:4223");
+        assert_eq!(EtcdAddress::parse(&a.to_string()).unwrap(), a);
+        let b = EtcdAddress::parse("etcd://h1/app?nats=nats://h1,nats://h2&replicas=1").unwrap();
+        assert_eq!(b.nats.as_ref().unwrap().urls, ["nats://h1:4222", "nats://h2:4222"]);
+        assert_eq!(b.nats.unwrap().replicas, 1);
+        assert!(EtcdAddress::parse("etcd://h1/app?nats=tls://h1:4222").unwrap().nats.unwrap().tls);
+        assert!(EtcdAddress::parse("etcd://h1/app").unwrap().nats.is_none());
+    }
+
+    #[test]
+    fn a_malformed_nats_part_says_what_is_wrong_and_shows_a_valid_one() {
+        for (a, says) in [
+            ("etcd://h1/app?nats=h1:4222", "nats://HOST:PORT"),
+            ("etcd://h1/app?nats=nats://h1:x", "port \"x\""),
+            ("etcd://h1/app?nats=nats://h1,,h2", "empty NATS server"),
+            ("etcd://h1/app?nats=nats://u:p@h1", "credentials"),
+            ("etcd://h1/app?nats=nats://h1,tls://h2", "mixes"),
+            ("etcd://h1/app?natz=nats://h1", "options are"),
+            ("etcd://h1/app?replicas=3", "no nats="),
+            ("etcd://h1/app?nats=nats://h1&replicas=9", "1 to 5"),
+        ] {
+            let e = EtcdAddress::parse(a).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Invalid);
+            assert!(e.message().contains(says) && e.message().contains(NATS_EXAMPLE), "{a}: {}", e.message());
         }
     }
 }
