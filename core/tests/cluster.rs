@@ -428,6 +428,25 @@ fn store_cluster_status_shows_members_holders_and_waiters() {
     drop(held);
 }
 
+/// STORE-01 on a cluster, as on one machine: closing the store tells its
+/// holders their leases are lost, fails its waiters with `closed`, and
+/// lets every key of this process go at once (its etcd leases revoked).
+#[test]
+fn store_01_cluster_close_lets_keys_go_and_tells_holders_and_waiters() {
+    let c = Cluster::shared();
+    let store = connect(&c, "close");
+    let raw = store.lock_raw("l", Kind::Lock).unwrap();
+    let held = runtime::block_on(raw.acquire("k".into(), Holder(0), Terms::default(), Duration::from_secs(1))).unwrap();
+    let r2 = raw.clone();
+    let waiter = std::thread::spawn(move || runtime::block_on(r2.acquire("k".into(), Holder(0), Terms::default(), Duration::from_secs(5))));
+    assert!(common::eventually(3000, || keys(&c, "close").len() == 2));
+    store.close();
+    assert_eq!(waiter.join().unwrap().unwrap_err().code(), "closed");
+    assert!(held.is_lost());
+    assert!(keys(&c, "close").is_empty(), "the keys went with the revoked leases");
+    assert_eq!(store.lock("l").open().err().unwrap().code(), "closed");
+}
+
 /// `store.database()` on a cluster store opens SQLite on this machine.
 #[test]
 fn store_cluster_sql_databases_are_files_on_this_machine() {
