@@ -71,12 +71,19 @@ export interface ConnectOptions {
  *   CA (or the store's own certificate) in `options.caFile`, else
  *   `TINYSTORE_CA`; only that CA is trusted, and HOST must be a name or
  *   address the certificate lists. See "TLS" in `docs/wire.md`.
+ * - `'etcd://HOST:PORT,HOST:PORT,.../PREFIX'` (or `etcds://` for TLS, its
+ *   CA in `options.caFile`, else `TINYSTORE_CA`): a cluster store, its
+ *   locks, semaphores and fences in an etcd cluster, every key under
+ *   `/PREFIX`; channels fail on it, saying so. etcd's user and password
+ *   and a client certificate come from `TINYSTORE_ETCD_USER`,
+ *   `TINYSTORE_ETCD_PASSWORD`, `TINYSTORE_ETCD_CERT` and
+ *   `TINYSTORE_ETCD_KEY`. See `docs/cluster.md`.
  *
  * ```ts
  * const store = await connect('tls:db.example.com:7443', { token, caFile: 'ca.pem', requestTimeout: '5s' })
  * ```
  *
- * @param address - `unix:PATH`, `tcp:HOST:PORT` or `tls:HOST:PORT`.
+ * @param address - `unix:PATH`, `tcp:HOST:PORT`, `tls:HOST:PORT` or `etcd://HOSTS/PREFIX`.
  * @param options - Token, CA file and request timeout ({@link ConnectOptions}).
  * @throws {@link IoError} when nothing answers at the address or the CA file
  * is unreadable; {@link AuthError} for a missing or wrong token, or a
@@ -85,7 +92,7 @@ export interface ConnectOptions {
  * `tcp:` on a TLS port or `tls:` on a plain one.
  */
 export async function connect(address: string, options?: ConnectOptions): Promise<Store> {
-  check.text('an address', address, "'unix:PATH', 'tcp:HOST:PORT' or 'tls:HOST:PORT'")
+  check.text('an address', address, "'unix:PATH', 'tcp:HOST:PORT', 'tls:HOST:PORT' or 'etcd://HOST:PORT/PREFIX'")
   const o = options ?? {}
   if (typeof o !== 'object' || o === null) {
     throw new InvalidError(`the options of connect are an object, like { token: '...' }; got ${check.describe(options)}`)
