@@ -573,3 +573,36 @@ fn store_cluster_connects_with_etcd_user_and_password() {
     let e = Store::connect(&c.address("auth")).err().unwrap();
     assert_eq!(e.kind(), ErrorKind::Auth, "without a user: {e}");
 }
+
+/// TLS to etcd (`etcds://`): members serving their clients TLS only, with
+/// client certificates required. With the CA and this process's
+/// certificate as connect options, holds work and fences grow; with a CA
+/// that did not sign the members' certificate, connecting fails at once
+/// with an `auth` error saying what to fix, not after the request timeout;
+/// without a client certificate, the error names it.
+#[test]
+fn store_cluster_tls_with_the_ca_and_a_client_certificate_holds_and_a_wrong_ca_is_a_clear_error() {
+    let c = Cluster::start_tls();
+    let p = c.tls.as_ref().unwrap();
+    let address = c.address("tls");
+    assert!(address.starts_with("etcds://"));
+    let s = Store::connect_with(&address, ConnectOptions::new().ca_file(&p.ca).etcd_identity(&p.client_cert, &p.client_key)).unwrap();
+    let lock = s.lock("l").ttl(Duration::from_secs(2)).open().unwrap();
+    let f1 = lock.hold("k", |l| -> tinystore::Result<Fence> { Ok(l.fence()) }).unwrap();
+    let f2 = lock.hold("k", |l| -> tinystore::Result<Fence> { Ok(l.fence()) }).unwrap();
+    assert!(f2 > f1);
+    assert_eq!(f1.epoch(), s.epoch());
+    assert_eq!(keys(&c, "tls"), Vec::<String>::new(), "etcdctl over TLS sees the prefix, every key let go");
+
+    let t = Instant::now();
+    let e = Store::connect_with(&address, ConnectOptions::new().ca_file(&p.other_ca).etcd_identity(&p.client_cert, &p.client_key)).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
+    assert!(e.message().contains("CA") && e.message().contains("certificate"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(5), "at once, not after the request timeout: {:?}", t.elapsed());
+
+    // The member closes the connection after the handshake, without an
+    // alert: the error names the missing client certificate as the likely cause.
+    let e = Store::connect_with(&address, ConnectOptions::new().ca_file(&p.ca).request_timeout(Duration::from_secs(2))).err().unwrap();
+    assert!(matches!(e.kind(), ErrorKind::Auth | ErrorKind::Unavailable), "without a client certificate: {e}");
+    assert!(e.message().contains("client certificate"), "{e}");
+}

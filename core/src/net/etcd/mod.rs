@@ -133,9 +133,58 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
+/// How a TLS handshake with a member failed, if one did.
+enum TlsRefusal {
+    /// This client did not trust the member's certificate.
+    Untrusted(String),
+    /// The member refused this client (an alert: no or a wrong client certificate).
+    Refused(String),
+}
+
+/// The TLS failure under an etcd error. tonic carries rustls's error in
+/// private wrappers whose sources do not all lead to it, so its text is
+/// read too (rustls's own variant names).
+fn tls_refusal(e: &etcd_client::Error) -> Option<TlsRefusal> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
+        let t = err.downcast_ref::<rustls::Error>().or_else(|| err.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).and_then(|i| i.downcast_ref::<rustls::Error>()));
+        match t {
+            Some(rustls::Error::InvalidCertificate(why)) => return Some(TlsRefusal::Untrusted(format!("{why:?}"))),
+            Some(rustls::Error::AlertReceived(alert)) => return Some(TlsRefusal::Refused(format!("{alert:?}"))),
+            _ => {}
+        }
+        next = err.source();
+    }
+    let text = format!("{e:?}");
+    let after = |name: &str| text.split_once(name).map(|(_, rest)| rest.split(')').next().unwrap_or("").to_owned());
+    if let Some(why) = after("InvalidCertificate(") {
+        return Some(TlsRefusal::Untrusted(why));
+    }
+    after("AlertReceived(").map(TlsRefusal::Refused)
+}
+
 /// An etcd error as ours: what could not be done, and why.
 pub(crate) fn etcd_error(what: &str, e: etcd_client::Error) -> Error {
     use etcd_client::Error as E;
+    match tls_refusal(&e) {
+        Some(TlsRefusal::Untrusted(why)) => {
+            return Error::new(
+                ErrorKind::Auth,
+                format!(
+                    "{what}: the etcd member showed a TLS certificate this client does not trust ({why}): give the PEM file of the CA that signed the members' certificates as the CA option (or TINYSTORE_CA), and name members by a host or IP their certificates list"
+                ),
+            );
+        }
+        Some(TlsRefusal::Refused(alert)) => {
+            return Error::new(
+                ErrorKind::Auth,
+                format!(
+                    "{what}: the etcd member refused this client's TLS handshake ({alert}): it asks for a client certificate signed by its CA (--client-cert-auth); give this process's certificate and key as the etcd identity option (or TINYSTORE_ETCD_CERT and TINYSTORE_ETCD_KEY)"
+                ),
+            );
+        }
+        None => {}
+    }
     let kind = match &e {
         // etcd says a wrong password with InvalidArgument.
         E::GRpcStatus(s) if s.message().contains("authentication failed") || s.message().contains("user name is empty") || s.message().contains("invalid auth token") => ErrorKind::Auth,
@@ -197,7 +246,20 @@ impl Etcd {
             made: AtomicBool::new(false),
             opened: std::time::Instant::now(),
         });
-        etcd.init().await?;
+        if let Err(e) = etcd.init().await {
+            // A member that requires client certificates closes a TLS 1.3
+            // connection without one only after the handshake: no alert says why.
+            if address.tls && opts.identity.is_none() && e.kind() == ErrorKind::Unavailable {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "{}; if the members ask for client certificates (--client-cert-auth), give this process's certificate and key as the etcd identity option (or TINYSTORE_ETCD_CERT and TINYSTORE_ETCD_KEY)",
+                        e.message()
+                    ),
+                ));
+            }
+            return Err(e);
+        }
         Ok(etcd)
     }
 
@@ -469,6 +531,10 @@ where
 /// True for an error that says no member took the call (or it may be
 /// made again): down, unreachable, between leaders.
 fn retryable(e: &etcd_client::Error) -> bool {
+    if tls_refusal(e).is_some() {
+        // Refused by TLS: the same again would be refused again.
+        return false;
+    }
     match e {
         etcd_client::Error::GRpcStatus(s) => matches!(s.code(), tonic::Code::Unavailable),
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
