@@ -606,3 +606,48 @@ fn store_cluster_tls_with_the_ca_and_a_client_certificate_holds_and_a_wrong_ca_i
     assert!(matches!(e.kind(), ErrorKind::Auth | ErrorKind::Unavailable), "without a client certificate: {e}");
     assert!(e.message().contains("client certificate"), "{e}");
 }
+
+/// LOCK-02 across a migration from one machine: `tinystore cluster init
+/// ADDRESS --from DIR` raises the cluster's epoch above the last epoch of
+/// the store in DIR (here one whose clock ran 10 days ahead, so the
+/// cluster's clock alone would not do), so every fence the cluster gives
+/// is larger than every fence given on one machine. It refuses while a
+/// process owns DIR, and a directory without a store, saying what to do;
+/// run again, it keeps the epoch.
+#[test]
+fn lock_02_cluster_init_from_a_one_machine_store_makes_fences_larger_than_all_of_its() {
+    let c = Cluster::shared();
+    let address = c.address("migrate");
+    let d = common::dir();
+    let ahead = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64 + 10 * 86_400_000;
+    let local = Store::open_with(d.path(), tinystore::OpenOptions::new().clock_ms(ahead)).unwrap();
+    let local_fence = one_fence(&local);
+    let before = connect(&c, "migrate");
+    assert!(before.epoch() < local.epoch(), "the cluster's epoch alone is smaller");
+    before.close();
+
+    let dir = d.path().to_str().unwrap();
+    let owned = cli(&["cluster", "init", &address, "--from", dir]);
+    assert!(!owned.status.success());
+    assert!(String::from_utf8_lossy(&owned.stderr).contains("owned by another process"), "{}", String::from_utf8_lossy(&owned.stderr));
+    local.close();
+
+    let out = cli(&["cluster", "init", &address, "--from", dir]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(said.starts_with("raised epoch ") && said.contains(&format!("last epoch {}", local_fence.epoch())), "{said}");
+    let s = connect(&c, "migrate");
+    let f = one_fence(&s);
+    assert!(f > local_fence, "{f} > {local_fence}");
+    assert!(s.epoch() > local_fence.epoch());
+
+    let again = tinystore::cluster::init_from(&address, d.path(), ConnectOptions::new()).unwrap();
+    assert_eq!((again.before, again.epoch, again.local_epoch), (Some(s.epoch()), s.epoch(), local_fence.epoch()), "kept");
+    let fresh = tinystore::cluster::init_from(&c.address("migrate-new"), d.path(), ConnectOptions::new()).unwrap();
+    assert!(fresh.before.is_none() && fresh.epoch > local_fence.epoch(), "{fresh:?}");
+
+    let empty = common::dir();
+    let e = tinystore::cluster::init_from(&address, empty.path(), ConnectOptions::new()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Invalid, "{e}");
+    assert!(e.message().contains("no kv.db"), "{e}");
+}

@@ -311,6 +311,19 @@ impl Etcd {
     /// every fence after is larger than every fence before, also after a
     /// restore from a snapshot took etcd's revisions back. Gives (old, new).
     pub(crate) async fn bump_epoch(&self) -> Result<(u64, u64)> {
+        self.raise_epoch(|old| Some((old + 1).max(now_ms()))).await
+    }
+
+    /// Raises the epoch above `floor` (an epoch of the same store on one
+    /// machine) to max(floor + 1, milliseconds since 1970), unless it is
+    /// above already. Gives (old, new); new == old when it was above.
+    pub(crate) async fn raise_epoch_above(&self, floor: u64) -> Result<(u64, u64)> {
+        self.raise_epoch(|old| (old <= floor).then(|| (floor + 1).max(now_ms()))).await
+    }
+
+    /// Writes `next(old)` as the epoch, if it gives one, in a transaction
+    /// that fails and is made again when another process wrote it meanwhile.
+    async fn raise_epoch(&self, next: impl Fn(u64) -> Option<u64>) -> Result<(u64, u64)> {
         loop {
             let key = self.epoch_key();
             let mut r = bounded(self.timeout, "reading the store's epoch", || async { self.client.kv_client().get(key.clone(), None).await }).await?;
@@ -319,7 +332,10 @@ impl Etcd {
                 Some(kv) => (parse_epoch(kv.value())?, kv.mod_revision()),
                 None => (0, 0),
             };
-            let new = (old + 1).max(now_ms());
+            let Some(new) = next(old) else {
+                self.saw_epoch(old);
+                return Ok((old, old));
+            };
             let cmp = if rev == 0 { Compare::create_revision(key.clone(), CompareOp::Equal, 0) } else { Compare::mod_revision(key.clone(), CompareOp::Equal, rev) };
             let t = Txn::new().when([cmp]).and_then([TxnOp::put(key, new.to_string(), None)]);
             if self.txn("raising the store's epoch", t).await?.succeeded() {
