@@ -574,6 +574,20 @@ fn store_cluster_connects_with_etcd_user_and_password() {
     assert_eq!(e.kind(), ErrorKind::Auth, "without a user: {e}");
 }
 
+/// A user without its password, or a client certificate without its key
+/// (bindings take them as separate arguments), is `invalid` before any
+/// member is asked, naming the missing one.
+#[test]
+fn store_cluster_connect_with_half_a_user_or_identity_is_invalid() {
+    let address = "etcd://127.0.0.1:1/half";
+    let e = Store::connect_with(address, ConnectOptions::new().etcd_user_parts(Some("root".into()), None)).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Invalid, "{e}");
+    assert!(e.to_string().contains("without the etcd password"), "{e}");
+    let e = Store::connect_with(address, ConnectOptions::new().etcd_identity_parts(None, Some("key.pem".into()))).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Invalid, "{e}");
+    assert!(e.to_string().contains("etcd client key was given without the etcd client certificate"), "{e}");
+}
+
 /// TLS to etcd (`etcds://`): members serving their clients TLS only, with
 /// client certificates required. With the CA and this process's
 /// certificate as connect options, holds work and fences grow; with a CA
