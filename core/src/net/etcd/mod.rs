@@ -160,7 +160,12 @@ fn tls_refusal(e: &etcd_client::Error) -> Option<TlsRefusal> {
     if let Some(why) = after("InvalidCertificate(") {
         return Some(TlsRefusal::Untrusted(why));
     }
-    after("AlertReceived(").map(TlsRefusal::Refused)
+    if let Some(alert) = after("AlertReceived(") {
+        return Some(TlsRefusal::Refused(alert));
+    }
+    // Sometimes only rustls's message is left, in an io::Error's text.
+    let alert = text.split_once("received fatal alert: ")?.1;
+    Some(TlsRefusal::Refused(alert.split(|c: char| !c.is_alphanumeric()).next().unwrap_or("").to_owned()))
 }
 
 /// An etcd error as ours: what could not be done, and why.
