@@ -57,6 +57,8 @@ export interface EtcdCluster {
   dir: string
   /** A store address on this cluster under `prefix`. */
   address(prefix: string): string
+  /** Runs `etcdctl ARGS` against the members; throws with its stderr if it fails. */
+  etcdctl(...args: string[]): string
 }
 
 let theCluster: Promise<EtcdCluster> | undefined
@@ -71,7 +73,11 @@ export function etcdCluster(): Promise<EtcdCluster> {
   return theCluster
 }
 
-async function startEtcd(): Promise<EtcdCluster> {
+/**
+ * A cluster of a test's own (as {@link etcdCluster}), for a test that
+ * changes the cluster for everyone, such as enabling etcd's auth.
+ */
+export async function startEtcd(): Promise<EtcdCluster> {
   const dir = mkdtempSync(join(tmpdir(), 'tinystore-node-etcd-'))
   const ports: { client: number; peer: number }[] = []
   for (let i = 0; i < 3; i++) ports.push({ client: await freePort(), peer: await freePort() })
@@ -114,7 +120,12 @@ async function startEtcd(): Promise<EtcdCluster> {
     }
   })()
   await Promise.race([healthy, ...failed])
-  return { endpoints, dir, address: (prefix) => `etcd://${endpoints}/${prefix}` }
+  const etcdctl = (...args: string[]): string => {
+    const r = spawnSync('etcdctl', [`--endpoints=${endpoints}`, ...args], { env: { ...process.env, ETCDCTL_API: '3' }, encoding: 'utf8' })
+    if (r.status !== 0) throw new Error(`etcdctl ${args.join(' ')}: ${r.stderr}`)
+    return r.stdout
+  }
+  return { endpoints, dir, address: (prefix) => `etcd://${endpoints}/${prefix}`, etcdctl }
 }
 
 /** A fresh empty directory. */
