@@ -135,6 +135,19 @@ func (c *Cluster) etcdctl(args ...string) ([]byte, error) {
 	return cmd.Output()
 }
 
+// Etcdctl runs etcdctl with args against the members that are up, and
+// fails the test, with etcdctl's output, if it fails.
+func (c *Cluster) Etcdctl(t testing.TB, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("etcdctl", append([]string{"--endpoints=" + strings.Join(c.endpoints(true), ",")}, args...)...)
+	cmd.Env = append(os.Environ(), "ETCDCTL_API=3")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("etcdctl %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
 func (c *Cluster) healthy() bool {
 	_, err := c.etcdctl("endpoint", "health", "--command-timeout=2s")
 	return err == nil
