@@ -74,9 +74,9 @@ export declare class NativeStore {
   /**
    * Connects to the store served at `address`: `unix:PATH`,
    * `tcp:HOST:PORT` (the token, else `TINYSTORE_TOKEN`), `tls:HOST:PORT`
-   * (the token, and the CA's PEM file, else `TINYSTORE_CA`) or
-   * `etcd://`/`etcds://` (etcd's user and password, client certificate
-   * and key, CA; else the environment's).
+   * (the token, and the CA's PEM file, else `TINYSTORE_CA`) or a cluster
+   * store's `etcd:` or `etcds:` address (etcd's user and password, client
+   * certificate and key, CA; else the environment's).
    */
   static connect(address: string, options?: NativeConnectOptions | undefined | null): Promise<NativeStore>
   /** Ends subscriptions and lets held keys go. Idempotent. */

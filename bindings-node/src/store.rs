@@ -68,9 +68,9 @@ impl NativeStore {
 
     /// Connects to the store served at `address`: `unix:PATH`,
     /// `tcp:HOST:PORT` (the token, else `TINYSTORE_TOKEN`), `tls:HOST:PORT`
-    /// (the token, and the CA's PEM file, else `TINYSTORE_CA`) or
-    /// `etcd://`/`etcds://` (etcd's user and password, client certificate
-    /// and key, CA; else the environment's).
+    /// (the token, and the CA's PEM file, else `TINYSTORE_CA`) or a cluster
+    /// store's `etcd:` or `etcds:` address (etcd's user and password, client
+    /// certificate and key, CA; else the environment's).
     #[napi(factory)]
     pub async fn connect(address: String, options: Option<NativeConnectOptions>) -> napi::Result<NativeStore> {
         let mut opts = ConnectOptions::new();
