@@ -13,10 +13,11 @@ export GOTOOLCHAIN := local
 test: etcd-deps test-rust clippy test-python test-node test-go test-chat test-packaging
 
 # The etcd client crate compiles etcd's .proto files with protoc at build
-# time; the cluster tests start Debian's etcd (docs/cluster.md).
+# time; the cluster tests start Debian's etcd (docs/cluster.md); the Python
+# tests make the TLS members' certificates with openssl.
 etcd-deps:
-	command -v protoc >/dev/null && command -v etcd >/dev/null && command -v etcdctl >/dev/null || \
-	  (apt-get update && apt-get install -y protobuf-compiler etcd-server etcd-client)
+	command -v protoc >/dev/null && command -v etcd >/dev/null && command -v etcdctl >/dev/null && command -v openssl >/dev/null || \
+	  (apt-get update && apt-get install -y protobuf-compiler etcd-server etcd-client openssl)
 
 test-rust: etcd-deps
 	cargo test
