@@ -164,8 +164,13 @@ func TestClusterConnectWithTheEtcdUserHoldsAndAWrongPasswordIsErrAuth(t *testing
 // EtcdIdentity's files reach the core: an unreadable certificate is
 // ErrInvalid naming the file, before any member is asked.
 func TestClusterConnectWithAnUnreadableClientCertificateIsErrInvalid(t *testing.T) {
-	missing := filepath.Join(testkit.Dir(t), "no-client.pem")
-	_, err := tinystore.Connect(context.Background(), "etcds://127.0.0.1:1/x", tinystore.CAFile(missing), tinystore.EtcdIdentity(missing, missing))
+	dir := testkit.Dir(t)
+	ca := filepath.Join(dir, "ca.pem") // read, not parsed, before the certificate
+	if err := os.WriteFile(ca, []byte("a CA"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "no-client.pem")
+	_, err := tinystore.Connect(context.Background(), "etcds://127.0.0.1:1/x", tinystore.CAFile(ca), tinystore.EtcdIdentity(missing, filepath.Join(dir, "key.pem")))
 	if !errors.Is(err, tinystore.ErrInvalid) || !strings.Contains(err.Error(), "no-client.pem") {
 		t.Fatalf("%v", err)
 	}
