@@ -14,10 +14,11 @@ test: etcd-deps test-rust clippy test-python test-node test-go test-chat test-pa
 
 # The etcd client crate compiles etcd's .proto files with protoc at build
 # time; the cluster tests start Debian's etcd and nats-server (channels on
-# JetStream) (docs/cluster.md).
+# JetStream) (docs/cluster.md); the Python tests make the TLS members'
+# certificates with openssl.
 etcd-deps:
-	command -v protoc >/dev/null && command -v etcd >/dev/null && command -v etcdctl >/dev/null && command -v nats-server >/dev/null || \
-	  (apt-get update && apt-get install -y protobuf-compiler etcd-server etcd-client nats-server)
+	command -v protoc >/dev/null && command -v etcd >/dev/null && command -v etcdctl >/dev/null && command -v nats-server >/dev/null && command -v openssl >/dev/null || \
+	  (apt-get update && apt-get install -y protobuf-compiler etcd-server etcd-client nats-server openssl)
 
 test-rust: etcd-deps
 	cargo test

@@ -73,8 +73,10 @@ export declare class NativeStore {
   static open(dir: string): Promise<NativeStore>
   /**
    * Connects to the store served at `address`: `unix:PATH`,
-   * `tcp:HOST:PORT` (the token, else `TINYSTORE_TOKEN`) or `tls:HOST:PORT`
-   * (the token, and the CA's PEM file, else `TINYSTORE_CA`).
+   * `tcp:HOST:PORT` (the token, else `TINYSTORE_TOKEN`), `tls:HOST:PORT`
+   * (the token, and the CA's PEM file, else `TINYSTORE_CA`) or a cluster
+   * store's `etcd:` or `etcds:` address (etcd's user and password, client
+   * certificate and key, CA; else the environment's).
    */
   static connect(address: string, options?: NativeConnectOptions | undefined | null): Promise<NativeStore>
   /** Ends subscriptions and lets held keys go. Idempotent. */
@@ -208,6 +210,14 @@ export interface NativeConnectOptions {
   caFile?: string
   /** How long a request may go unanswered; default 10 s. */
   requestTimeout?: JsDuration
+  /** For `etcd://`, etcd's user; default `TINYSTORE_ETCD_USER`. */
+  etcdUser?: string
+  /** Its password; default `TINYSTORE_ETCD_PASSWORD`. */
+  etcdPassword?: string
+  /** For `etcds://`, this process's client certificate (PEM file); default `TINYSTORE_ETCD_CERT`. */
+  etcdCert?: string
+  /** Its private key (PEM file); default `TINYSTORE_ETCD_KEY`. */
+  etcdKey?: string
 }
 
 /** What a write did. */

@@ -258,6 +258,54 @@ typedef struct TsConnectOptions {
    * How long a request may go unanswered, in milliseconds; 0 keeps 10 s.
    */
   uint64_t request_timeout_ms;
+  /**
+   * etcd's user (when `has_etcd_user` is not 0) instead of `TINYSTORE_ETCD_USER`.
+   */
+  const uint8_t *etcd_user;
+  /**
+   * Its length in bytes.
+   */
+  size_t etcd_user_len;
+  /**
+   * 1 when `etcd_user` is given.
+   */
+  uint8_t has_etcd_user;
+  /**
+   * Its password (when `has_etcd_password` is not 0) instead of `TINYSTORE_ETCD_PASSWORD`.
+   */
+  const uint8_t *etcd_password;
+  /**
+   * Its length in bytes.
+   */
+  size_t etcd_password_len;
+  /**
+   * 1 when `etcd_password` is given.
+   */
+  uint8_t has_etcd_password;
+  /**
+   * The client certificate's PEM file (when `has_etcd_cert` is not 0) instead of `TINYSTORE_ETCD_CERT`.
+   */
+  const uint8_t *etcd_cert;
+  /**
+   * Its length in bytes.
+   */
+  size_t etcd_cert_len;
+  /**
+   * 1 when `etcd_cert` is given.
+   */
+  uint8_t has_etcd_cert;
+  /**
+   * Its private key's PEM file (when `has_etcd_key` is not 0) instead of `TINYSTORE_ETCD_KEY`.
+   */
+  const uint8_t *etcd_key;
+  /**
+   * Its length in bytes.
+   */
+  size_t etcd_key_len;
+  /**
+   * 1 when `etcd_key` is given.
+   */
+  uint8_t has_etcd_key;
 } TsConnectOptions;
 
 #ifdef __cplusplus
@@ -706,14 +754,14 @@ int32_t ts_store_open(const uint8_t *dir,
 
 /**
  * Connects to a store owned by another process at `address`
- * (`unix:PATH`, `tcp:HOST:PORT`, `tls:HOST:PORT`), as
- * `Store::connect_with`, with the options `opts` (null: every default).
- * Errors: `invalid`, `io`, `auth`, `protocol`.
+ * (`unix:PATH`, `tcp:HOST:PORT`, `tls:HOST:PORT`, `etcd://`, `etcds://`),
+ * as `Store::connect_with`, with the options `opts` (null: every default).
+ * Errors: `invalid` (also half of the etcd user and password, or of the
+ * certificate and key), `io`, `auth`, `protocol`, `unavailable`.
  *
  * # Safety
- * `(address, address_len)` readable; `opts` null or readable, with its
- * `(token, token_len)` and `(ca_file, ca_file_len)` readable where given;
- * `out` and `err` writable.
+ * `(address, address_len)` readable; `opts` null or readable, with each of
+ * its strings readable where given; `out` and `err` writable.
  */
 int32_t ts_store_connect(const uint8_t *address,
                          size_t address_len,

@@ -13,6 +13,7 @@ import (
 
 	"tinystore.dev/tinystore"
 	"tinystore.dev/tinystore/channels"
+	"tinystore.dev/tinystore/locks"
 	"tinystore.dev/tinystore/internal/testkit"
 )
 
@@ -96,5 +97,81 @@ func TestConnectOptionsReachTheCore(t *testing.T) {
 	_, err := tinystore.Connect(ctx, "tls:127.0.0.1:1", tinystore.Token("t"), tinystore.CAFile(filepath.Join(testkit.Dir(t), "missing.pem")))
 	if !errors.Is(err, tinystore.ErrIO) || !strings.Contains(err.Error(), "missing.pem") {
 		t.Fatalf("a CA file that is not there: %v, want ErrIO naming it", err)
+	}
+}
+
+// holdOnce holds key "k" of lock "l" on store once and gives its fence.
+func holdOnce(t *testing.T, store *tinystore.Store) locks.Fence {
+	t.Helper()
+	l, err := locks.OpenLock(store, "l", locks.TTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fence locks.Fence
+	if err := l.Hold(context.Background(), "k", func(_ context.Context, lease *locks.Lease) error {
+		fence = lease.Fence
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return fence
+}
+
+// With etcd's auth enabled on a cluster of the test's own (the shared one's
+// tests would be locked out), EtcdUser's user and password hold a lock; a
+// wrong password is ErrAuth saying etcd refused it, and so is none; the
+// environment is the default, and the option wins over it.
+func TestClusterConnectWithTheEtcdUserHoldsAndAWrongPasswordIsErrAuth(t *testing.T) {
+	c := testkit.StartCluster(t)
+	for _, args := range [][]string{{"user", "add", "root:rootpw"}, {"role", "add", "root"}, {"user", "grant-role", "root", "root"}, {"auth", "enable"}} {
+		c.Etcdctl(t, args...)
+	}
+	t.Setenv("TINYSTORE_ETCD_USER", "")
+	t.Setenv("TINYSTORE_ETCD_PASSWORD", "")
+	ctx := context.Background()
+	address := c.Address("auth")
+	store, err := tinystore.Connect(ctx, address, tinystore.EtcdUser("root", "rootpw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	fence := holdOnce(t, store)
+	if fence.Hi != store.Epoch() {
+		t.Fatalf("fence %v, epoch %d", fence, store.Epoch())
+	}
+	_, err = tinystore.Connect(ctx, address, tinystore.EtcdUser("root", "wrong"))
+	if !errors.Is(err, tinystore.ErrAuth) || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("a wrong password: %v", err)
+	}
+	if _, err := tinystore.Connect(ctx, address); !errors.Is(err, tinystore.ErrAuth) {
+		t.Fatalf("no user where auth is enabled: %v", err)
+	}
+	t.Setenv("TINYSTORE_ETCD_USER", "root")
+	t.Setenv("TINYSTORE_ETCD_PASSWORD", "rootpw")
+	fromEnv, err := tinystore.Connect(ctx, address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fromEnv.Close()
+	if next := holdOnce(t, fromEnv); !fence.Less(next) {
+		t.Fatalf("fence %v after %v", next, fence)
+	}
+	if _, err := tinystore.Connect(ctx, address, tinystore.EtcdUser("root", "wrong")); !errors.Is(err, tinystore.ErrAuth) {
+		t.Fatalf("the option over the environment: %v", err)
+	}
+}
+
+// EtcdIdentity's files reach the core: an unreadable certificate is
+// ErrInvalid naming the file, before any member is asked.
+func TestClusterConnectWithAnUnreadableClientCertificateIsErrInvalid(t *testing.T) {
+	dir := testkit.Dir(t)
+	ca := filepath.Join(dir, "ca.pem") // read, not parsed, before the certificate
+	if err := os.WriteFile(ca, []byte("a CA"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "no-client.pem")
+	_, err := tinystore.Connect(context.Background(), "etcds://127.0.0.1:1/x", tinystore.CAFile(ca), tinystore.EtcdIdentity(missing, filepath.Join(dir, "key.pem")))
+	if !errors.Is(err, tinystore.ErrInvalid) || !strings.Contains(err.Error(), "no-client.pem") {
+		t.Fatalf("%v", err)
 	}
 }

@@ -58,8 +58,15 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 //     variable TINYSTORE_CA names (no public roots are trusted), and against
 //     HOST; the token is still needed. See docs/wire.md, "TLS", for making
 //     a certificate and serving it.
+//   - "etcd://HOST:PORT,HOST:PORT,.../PREFIX" ("etcds://" for TLS, with
+//     [CAFile], and [EtcdIdentity] where the members ask for client
+//     certificates): a cluster store, its locks, semaphores and fences in
+//     an etcd cluster under /PREFIX/; etcd's user and password in
+//     [EtcdUser]. Its channels are not there yet; its SQL databases are
+//     files on this machine. See docs/cluster.md.
 //
-// The options ([Token], [CAFile], [RequestTimeout]) override the
+// The options ([Token], [CAFile], [RequestTimeout], [EtcdUser],
+// [EtcdIdentity]) override the
 // environment for this store only, so one process can connect to two
 // stores with two tokens. The store then works as an owned one; the engine
 // reconnects by itself when the connection drops, and renews leases. ctx
@@ -69,12 +76,16 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 //	store, err := tinystore.Connect(ctx, "unix:data/tinystore.sock")
 //	store, err := tinystore.Connect(ctx, "tls:db.example.com:7443",
 //		tinystore.Token(token), tinystore.CAFile("ca.pem"), tinystore.RequestTimeout(5*time.Second))
+//	store, err := tinystore.Connect(ctx, "etcds://10.0.0.1:2379,10.0.0.2:2379/myapp",
+//		tinystore.CAFile("ca.pem"), tinystore.EtcdUser("app", password))
 //
-// Errors: [ErrInvalid] (the address, or tls: without a CA file),
-// [ErrIO] (nobody listens, or the CA file is unreadable), [ErrAuth] (a
-// missing or wrong token; a certificate the CA did not sign or that does
-// not name HOST), [ErrProtocol] (tcp: on a TLS port, or tls: on a plain
-// one), ctx.Err().
+// Errors: [ErrInvalid] (the address, tls: or etcds:// without a CA file,
+// an unreadable etcd TLS file), [ErrIO] (nobody listens, or the CA file is
+// unreadable), [ErrAuth] (a missing or wrong token; a wrong etcd user or
+// password; a certificate the CA did not sign or that does not name HOST;
+// a client certificate etcd refused), [ErrUnavailable] (no etcd member
+// answered within the request timeout), [ErrProtocol] (tcp: on a TLS
+// port, or tls: on a plain one), ctx.Err().
 func Connect(ctx context.Context, address string, options ...ConnectOption) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -90,8 +101,9 @@ func Connect(ctx context.Context, address string, options ...ConnectOption) (*St
 	return &Store{n: n}, nil
 }
 
-// ConnectOption is an option of [Connect]: [Token], [CAFile] or
-// [RequestTimeout]. One left out keeps its default.
+// ConnectOption is an option of [Connect]: [Token], [CAFile],
+// [RequestTimeout], [EtcdUser] or [EtcdIdentity]. One left out keeps its
+// default.
 type ConnectOption func(*native.ConnectOptions)
 
 // Token is the token for tcp: and tls: addresses, a line of the owner's
@@ -100,11 +112,34 @@ func Token(token string) ConnectOption {
 	return func(o *native.ConnectOptions) { o.Token = &token }
 }
 
-// CAFile is, for tls: addresses, the PEM file of the CA certificate(s) to
-// trust (for a self-signed store certificate, that certificate). Default:
-// the file the environment variable TINYSTORE_CA names.
+// CAFile is, for tls: and etcds:// addresses, the PEM file of the CA
+// certificate(s) to trust (for a self-signed store certificate, that
+// certificate). Default: the file the environment variable TINYSTORE_CA
+// names.
 func CAFile(path string) ConnectOption {
 	return func(o *native.ConnectOptions) { o.CAFile = &path }
+}
+
+// EtcdUser is, for etcd:// and etcds:// addresses, etcd's user and its
+// password (etcd's own authentication: a user made with etcdctl user add).
+// Default: the environment variables TINYSTORE_ETCD_USER and
+// TINYSTORE_ETCD_PASSWORD (neither set: no authentication). A wrong user or
+// password, or none where etcd has auth enabled, makes Connect fail with
+// [ErrAuth].
+func EtcdUser(user, password string) ConnectOption {
+	return func(o *native.ConnectOptions) { o.EtcdUser, o.EtcdPassword = &user, &password }
+}
+
+// EtcdIdentity is, for etcds:// members that ask for client certificates
+// (--client-cert-auth), this process's certificate and its private key:
+// the paths of two PEM files, the certificate signed by the members' CA.
+// Default: the files the environment variables TINYSTORE_ETCD_CERT and
+// TINYSTORE_ETCD_KEY name. An unreadable file makes Connect fail with
+// [ErrInvalid]; a certificate the members refuse, or none where they ask
+// for one, with [ErrAuth] or [ErrUnavailable], the message naming the
+// client certificate.
+func EtcdIdentity(certFile, keyFile string) ConnectOption {
+	return func(o *native.ConnectOptions) { o.EtcdCert, o.EtcdKey = &certFile, &keyFile }
 }
 
 // RequestTimeout is how long a request may go unanswered (beyond a hold's

@@ -45,17 +45,41 @@ pub struct TsConnectOptions {
     pub has_ca_file: u8,
     /// How long a request may go unanswered, in milliseconds; 0 keeps 10 s.
     pub request_timeout_ms: u64,
+    /// etcd's user (when `has_etcd_user` is not 0) instead of `TINYSTORE_ETCD_USER`.
+    pub etcd_user: *const u8,
+    /// Its length in bytes.
+    pub etcd_user_len: usize,
+    /// 1 when `etcd_user` is given.
+    pub has_etcd_user: u8,
+    /// Its password (when `has_etcd_password` is not 0) instead of `TINYSTORE_ETCD_PASSWORD`.
+    pub etcd_password: *const u8,
+    /// Its length in bytes.
+    pub etcd_password_len: usize,
+    /// 1 when `etcd_password` is given.
+    pub has_etcd_password: u8,
+    /// The client certificate's PEM file (when `has_etcd_cert` is not 0) instead of `TINYSTORE_ETCD_CERT`.
+    pub etcd_cert: *const u8,
+    /// Its length in bytes.
+    pub etcd_cert_len: usize,
+    /// 1 when `etcd_cert` is given.
+    pub has_etcd_cert: u8,
+    /// Its private key's PEM file (when `has_etcd_key` is not 0) instead of `TINYSTORE_ETCD_KEY`.
+    pub etcd_key: *const u8,
+    /// Its length in bytes.
+    pub etcd_key_len: usize,
+    /// 1 when `etcd_key` is given.
+    pub has_etcd_key: u8,
 }
 
 /// Connects to a store owned by another process at `address`
-/// (`unix:PATH`, `tcp:HOST:PORT`, `tls:HOST:PORT`), as
-/// `Store::connect_with`, with the options `opts` (null: every default).
-/// Errors: `invalid`, `io`, `auth`, `protocol`.
+/// (`unix:PATH`, `tcp:HOST:PORT`, `tls:HOST:PORT`, `etcd://`, `etcds://`),
+/// as `Store::connect_with`, with the options `opts` (null: every default).
+/// Errors: `invalid` (also half of the etcd user and password, or of the
+/// certificate and key), `io`, `auth`, `protocol`, `unavailable`.
 ///
 /// # Safety
-/// `(address, address_len)` readable; `opts` null or readable, with its
-/// `(token, token_len)` and `(ca_file, ca_file_len)` readable where given;
-/// `out` and `err` writable.
+/// `(address, address_len)` readable; `opts` null or readable, with each of
+/// its strings readable where given; `out` and `err` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ts_store_connect(
     address: *const u8,
@@ -76,6 +100,16 @@ pub unsafe extern "C" fn ts_store_connect(
             if o.request_timeout_ms != 0 {
                 options = options.request_timeout(Duration::from_millis(o.request_timeout_ms));
             }
+            let given = |has: u8, p: *const u8, n: usize| -> crate::error::Res<Option<String>> {
+                if has == 0 { Ok(None) } else { unsafe { text(p, n) }.map(|t| Some(t.to_owned())) }
+            };
+            // The core refuses half a pair, naming the missing one.
+            options = options
+                .etcd_user_parts(given(o.has_etcd_user, o.etcd_user, o.etcd_user_len)?, given(o.has_etcd_password, o.etcd_password, o.etcd_password_len)?)
+                .etcd_identity_parts(
+                    given(o.has_etcd_cert, o.etcd_cert, o.etcd_cert_len)?.map(Into::into),
+                    given(o.has_etcd_key, o.etcd_key, o.etcd_key_len)?.map(Into::into),
+                );
         }
         let store = Store::connect_with(unsafe { text(address, address_len) }?, options)?;
         unsafe { *out = Box::into_raw(Box::new(TsStore { store })) };

@@ -47,11 +47,32 @@ export interface ConnectOptions {
    */
   token?: string
   /**
-   * For `tls:` addresses: the PEM file of the CA certificate(s) to trust, or
-   * the store's own self-signed certificate; no public roots are trusted.
-   * Default: the environment variable `TINYSTORE_CA`.
+   * For `tls:` and `etcds://` addresses: the PEM file of the CA
+   * certificate(s) to trust, or the store's own self-signed certificate; no
+   * public roots are trusted. Default: the environment variable `TINYSTORE_CA`.
    */
   caFile?: string
+  /**
+   * For `etcd://` and `etcds://` addresses: the etcd user (etcd's own
+   * authentication, a user made with `etcdctl user add`), given with
+   * {@link ConnectOptions.etcdPassword}; one without the other is an
+   * {@link InvalidError}. Default: the environment variables
+   * `TINYSTORE_ETCD_USER` and `TINYSTORE_ETCD_PASSWORD` (neither set: no
+   * authentication).
+   */
+  etcdUser?: string
+  /** The etcd user's password; see {@link ConnectOptions.etcdUser}. */
+  etcdPassword?: string
+  /**
+   * For `etcds://` members that ask for client certificates
+   * (`--client-cert-auth`): the path of this process's certificate, a PEM
+   * file signed by the members' CA, given with {@link ConnectOptions.etcdKey};
+   * one without the other is an {@link InvalidError}. Default: the
+   * environment variables `TINYSTORE_ETCD_CERT` and `TINYSTORE_ETCD_KEY`.
+   */
+  etcdCert?: string
+  /** The path of the client certificate's private key, a PEM file; see {@link ConnectOptions.etcdCert}. */
+  etcdKey?: string
   /**
    * How long a request may go unanswered (beyond a hold's `wait`) before it
    * throws a {@link TimeoutError}: `'5s'` or milliseconds. Default: 10 seconds.
@@ -71,21 +92,36 @@ export interface ConnectOptions {
  *   CA (or the store's own certificate) in `options.caFile`, else
  *   `TINYSTORE_CA`; only that CA is trusted, and HOST must be a name or
  *   address the certificate lists. See "TLS" in `docs/wire.md`.
+ * - `'etcd://HOST:PORT,HOST:PORT,.../PREFIX'` (or `etcds://` for TLS, its
+ *   CA in `options.caFile`, else `TINYSTORE_CA`): a cluster store, its
+ *   locks, semaphores and fences in an etcd cluster, every key under
+ *   `/PREFIX`; channels fail on it, saying so. etcd's user and password
+ *   in `options.etcdUser` and `options.etcdPassword` and a client
+ *   certificate in `options.etcdCert` and `options.etcdKey`, else from
+ *   `TINYSTORE_ETCD_USER`, `TINYSTORE_ETCD_PASSWORD`, `TINYSTORE_ETCD_CERT`
+ *   and `TINYSTORE_ETCD_KEY`. See `docs/cluster.md`.
  *
  * ```ts
  * const store = await connect('tls:db.example.com:7443', { token, caFile: 'ca.pem', requestTimeout: '5s' })
+ * const cluster = await connect('etcds://10.0.0.1:2379,10.0.0.2:2379/myapp', { caFile: 'ca.pem', etcdUser: 'app', etcdPassword })
  * ```
  *
- * @param address - `unix:PATH`, `tcp:HOST:PORT` or `tls:HOST:PORT`.
- * @param options - Token, CA file and request timeout ({@link ConnectOptions}).
+ * @param address - `unix:PATH`, `tcp:HOST:PORT`, `tls:HOST:PORT` or `etcd://HOSTS/PREFIX`.
+ * @param options - Token, CA file, request timeout, etcd user and password,
+ * etcd client certificate and key ({@link ConnectOptions}).
  * @throws {@link IoError} when nothing answers at the address or the CA file
- * is unreadable; {@link AuthError} for a missing or wrong token, or a
- * certificate the CA did not sign; {@link InvalidError} for an address or
- * option out of form, or `tls:` without a CA file; {@link ProtocolError} for
- * `tcp:` on a TLS port or `tls:` on a plain one.
+ * is unreadable; {@link AuthError} for a missing or wrong token, a wrong
+ * etcd user or password (or none where etcd has auth enabled), a
+ * certificate the CA did not sign, or a client certificate etcd refused;
+ * {@link InvalidError} for an address or option out of form, `tls:` or
+ * `etcds://` without a CA file, an etcd user without a password or a
+ * certificate without a key (or the other way round), an unreadable etcd
+ * TLS file; {@link UnavailableError} when no etcd member answered within
+ * the request timeout; {@link ProtocolError} for `tcp:` on a TLS port or
+ * `tls:` on a plain one.
  */
 export async function connect(address: string, options?: ConnectOptions): Promise<Store> {
-  check.text('an address', address, "'unix:PATH', 'tcp:HOST:PORT' or 'tls:HOST:PORT'")
+  check.text('an address', address, "'unix:PATH', 'tcp:HOST:PORT', 'tls:HOST:PORT' or 'etcd://HOST:PORT/PREFIX'")
   const o = options ?? {}
   if (typeof o !== 'object' || o === null) {
     throw new InvalidError(`the options of connect are an object, like { token: '...' }; got ${check.describe(options)}`)
@@ -94,6 +130,10 @@ export async function connect(address: string, options?: ConnectOptions): Promis
     token: o.token === undefined ? undefined : check.text('the token', o.token, "'3f9c...'"),
     caFile: o.caFile === undefined ? undefined : check.text('caFile', o.caFile, "'ca.pem'"),
     requestTimeout: check.duration('requestTimeout', o.requestTimeout),
+    etcdUser: o.etcdUser === undefined ? undefined : check.text('etcdUser', o.etcdUser, "'app'"),
+    etcdPassword: o.etcdPassword === undefined ? undefined : check.text('etcdPassword', o.etcdPassword, "'secret'"),
+    etcdCert: o.etcdCert === undefined ? undefined : check.text('etcdCert', o.etcdCert, "'client.pem'"),
+    etcdKey: o.etcdKey === undefined ? undefined : check.text('etcdKey', o.etcdKey, "'client-key.pem'"),
   }
   return new Store(await now(() => native.NativeStore.connect(address, nativeOptions)))
 }

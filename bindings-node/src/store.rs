@@ -25,6 +25,14 @@ pub struct NativeConnectOptions {
     pub ca_file: Option<String>,
     /// How long a request may go unanswered; default 10 s.
     pub request_timeout: Option<JsDuration>,
+    /// For `etcd://`, etcd's user; default `TINYSTORE_ETCD_USER`.
+    pub etcd_user: Option<String>,
+    /// Its password; default `TINYSTORE_ETCD_PASSWORD`.
+    pub etcd_password: Option<String>,
+    /// For `etcds://`, this process's client certificate (PEM file); default `TINYSTORE_ETCD_CERT`.
+    pub etcd_cert: Option<String>,
+    /// Its private key (PEM file); default `TINYSTORE_ETCD_KEY`.
+    pub etcd_key: Option<String>,
 }
 
 /// Runs the `tinystore` command with `args` (the first, the program's name)
@@ -59,8 +67,10 @@ impl NativeStore {
     }
 
     /// Connects to the store served at `address`: `unix:PATH`,
-    /// `tcp:HOST:PORT` (the token, else `TINYSTORE_TOKEN`) or `tls:HOST:PORT`
-    /// (the token, and the CA's PEM file, else `TINYSTORE_CA`).
+    /// `tcp:HOST:PORT` (the token, else `TINYSTORE_TOKEN`), `tls:HOST:PORT`
+    /// (the token, and the CA's PEM file, else `TINYSTORE_CA`) or a cluster
+    /// store's `etcd:` or `etcds:` address (etcd's user and password, client
+    /// certificate and key, CA; else the environment's).
     #[napi(factory)]
     pub async fn connect(address: String, options: Option<NativeConnectOptions>) -> napi::Result<NativeStore> {
         let mut opts = ConnectOptions::new();
@@ -74,6 +84,8 @@ impl NativeStore {
             if let Some(t) = convert::opt_duration("requestTimeout", o.request_timeout)? {
                 opts = opts.request_timeout(t);
             }
+            // The core refuses half a pair, naming the missing one.
+            opts = opts.etcd_user_parts(o.etcd_user, o.etcd_password).etcd_identity_parts(o.etcd_cert.map(Into::into), o.etcd_key.map(Into::into));
         }
         let store = blocking(move || Store::connect_with(&address, opts)).await?;
         Ok(NativeStore { uv: UvReader::new(&store), store })

@@ -10,7 +10,7 @@ import { after, describe, it } from 'node:test'
 
 import * as tinystore from 'tinystore'
 
-import { tempDir } from './helpers'
+import { startEtcd, tempDir } from './helpers'
 
 const command = join(__dirname, '..', '..', 'bin', 'tinystore.js')
 
@@ -82,6 +82,49 @@ describe('connect options', () => {
     await assert.rejects(tinystore.connect(a, { token: 7 as unknown as string }), invalid(/token is text/))
     await assert.rejects(tinystore.connect(a, 'tok' as unknown as tinystore.ConnectOptions), invalid(/options of connect/))
     await assert.rejects(tinystore.connect('tls:127.0.0.1:1', { token: 't', caFile: join(tempDir(), 'no.pem') }), tinystore.IoError)
+  })
+})
+
+describe('connect options for etcd', () => {
+  it('with auth enabled on a cluster, the etcd user and password hold a lock; a wrong password is an AuthError', async () => {
+    // A cluster of this test's own: auth would lock the shared one's tests out.
+    const c = await startEtcd()
+    for (const args of [['user', 'add', 'root:rootpw'], ['role', 'add', 'root'], ['user', 'grant-role', 'root', 'root'], ['auth', 'enable']]) {
+      c.etcdctl(...args)
+    }
+    const saved = [process.env.TINYSTORE_ETCD_USER, process.env.TINYSTORE_ETCD_PASSWORD]
+    delete process.env.TINYSTORE_ETCD_USER
+    delete process.env.TINYSTORE_ETCD_PASSWORD
+    try {
+      const address = c.address('auth')
+      const store = await tinystore.connect(address, { etcdUser: 'root', etcdPassword: 'rootpw' })
+      const fence = await store.lock('l', { ttl: '2s' }).hold('k', (lease) => lease.fence)
+      assert.equal(fence >> 64n, store.epoch)
+      const auth = (e: unknown) => e instanceof tinystore.AuthError && /authentication failed/.test(e.message)
+      await assert.rejects(tinystore.connect(address, { etcdUser: 'root', etcdPassword: 'wrong' }), auth)
+      await assert.rejects(tinystore.connect(address), tinystore.AuthError)
+      // The environment is the default; the options win over it.
+      process.env.TINYSTORE_ETCD_USER = 'root'
+      process.env.TINYSTORE_ETCD_PASSWORD = 'rootpw'
+      const fromEnv = await tinystore.connect(address)
+      assert.ok((await fromEnv.lock('l', { ttl: '2s' }).hold('k', (lease) => lease.fence)) > fence)
+      await assert.rejects(tinystore.connect(address, { etcdUser: 'root', etcdPassword: 'wrong' }), auth)
+      for (const s of [store, fromEnv]) await s.close()
+    } finally {
+      const names = ['TINYSTORE_ETCD_USER', 'TINYSTORE_ETCD_PASSWORD'] as const
+      names.forEach((n, i) => {
+        if (saved[i] === undefined) delete process.env[n]
+        else process.env[n] = saved[i]
+      })
+    }
+  })
+
+  it('half a pair (a user without a password, a certificate without a key) is an InvalidError naming the missing one', async () => {
+    const invalid = (what: RegExp) => (e: unknown) => e instanceof tinystore.InvalidError && what.test(e.message)
+    // The core checks it before asking any member: nothing listens on port 1.
+    await assert.rejects(tinystore.connect('etcd://127.0.0.1:1/half', { etcdUser: 'root' }), invalid(/without the etcd password/))
+    await assert.rejects(tinystore.connect('etcds://127.0.0.1:1/half', { caFile: 'ca.pem', etcdKey: 'key.pem' }), invalid(/without the etcd client certificate/))
+    await assert.rejects(tinystore.connect('etcd://127.0.0.1:1/half', { etcdPassword: 7 as unknown as string }), invalid(/etcdPassword is text/))
   })
 })
 

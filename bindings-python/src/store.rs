@@ -27,17 +27,23 @@ pub fn open(py: Python<'_>, dir: PathBuf) -> PyResult<Py<PyAny>> {
     run_blocking(py, move || Store::open(dir).map(|store| value(NativeStore { store })))
 }
 
-/// Connects to a store served at `address`: a `Pending`. The token, CA file
-/// and request timeout given override the core's defaults (the token from
-/// `TINYSTORE_TOKEN`, the CA from `TINYSTORE_CA`, 10 s).
+/// Connects to a store served at `address`: a `Pending`. The token, CA file,
+/// request timeout, etcd user and password, and etcd client certificate and
+/// key given override the core's defaults (the environment's, 10 s); the
+/// core checks them (half a pair is `invalid`).
 #[pyfunction]
-#[pyo3(signature = (address, token=None, ca_file=None, request_timeout=None))]
+#[pyo3(signature = (address, token=None, ca_file=None, request_timeout=None, etcd_user=None, etcd_password=None, etcd_cert=None, etcd_key=None))]
+#[allow(clippy::too_many_arguments)]
 pub fn connect(
     py: Python<'_>,
     address: String,
     token: Option<String>,
     ca_file: Option<PathBuf>,
     request_timeout: Option<&Bound<'_, PyAny>>,
+    etcd_user: Option<String>,
+    etcd_password: Option<String>,
+    etcd_cert: Option<PathBuf>,
+    etcd_key: Option<PathBuf>,
 ) -> PyResult<Py<PyAny>> {
     let mut opts = ConnectOptions::new();
     if let Some(t) = token {
@@ -49,6 +55,7 @@ pub fn connect(
     if let Some(t) = convert::opt_duration("request_timeout", request_timeout)? {
         opts = opts.request_timeout(t);
     }
+    let opts = opts.etcd_user_parts(etcd_user, etcd_password).etcd_identity_parts(etcd_cert, etcd_key);
     run_blocking(py, move || Store::connect_with(&address, opts).map(|store| value(NativeStore { store })))
 }
 

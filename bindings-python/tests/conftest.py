@@ -45,37 +45,80 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class EtcdCluster:
-    """Three etcd members on free loopback ports, their data in a temporary
-    directory; `stop` kills each by PID. Elections are fast (heartbeat 50 ms,
-    election 500 ms), so etcd's smallest lease ttl is 1 s."""
+def make_pki(dir: Path) -> dict[str, Path]:
+    """With Debian's openssl: a CA, a member certificate for 127.0.0.1 and a
+    client certificate, both signed by the CA, and another self-signed CA
+    that signed neither; PEM files in `dir`, by name."""
+    files = {n: dir / f"{n}.pem" for n in ("ca", "ca-key", "member", "member-key", "client", "client-key", "other-ca", "other-ca-key")}
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+    for ca, name in (("ca", "tinystore test etcd CA"), ("other-ca", "another CA")):
+        run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+            "-subj", f"/CN={name}", "-keyout", str(files[f"{ca}-key"]), "-out", str(files[ca]))
+    for who, ext in (("member", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth"),
+                     ("client", "extendedKeyUsage=clientAuth")):
+        csr = dir / f"{who}.csr"
+        run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", f"/CN=tinystore test {who}",
+            "-keyout", str(files[f"{who}-key"]), "-out", str(csr))
+        extfile = dir / f"{who}.ext"
+        extfile.write_text(ext + "\n")
+        run("x509", "-req", "-in", str(csr), "-CA", str(files["ca"]), "-CAkey", str(files["ca-key"]), "-CAcreateserial",
+            "-days", "2", "-extfile", str(extfile), "-out", str(files[who]))
+    return files
 
-    def __init__(self) -> None:
+
+class EtcdCluster:
+    """`members` etcd members (3 by default) on free loopback ports, their
+    data in a temporary directory; `stop` kills each by PID. Elections are
+    fast (heartbeat 50 ms, election 500 ms), so etcd's smallest lease ttl is
+    1 s. With `tls`, members serve clients TLS only and ask for client
+    certificates (--client-cert-auth), from the CA in `self.pki`."""
+
+    def __init__(self, members: int = 3, tls: bool = False) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="tinystore-etcd-py"))
-        self.ports = [(_free_port(), _free_port()) for _ in range(3)]
+        self.pki = make_pki(self.dir) if tls else None
+        scheme = "https" if tls else "http"
+        tls_args = [] if self.pki is None else [
+            "--cert-file", str(self.pki["member"]), "--key-file", str(self.pki["member-key"]),
+            "--trusted-ca-file", str(self.pki["ca"]), "--client-cert-auth"]
+        self.ports = [(_free_port(), _free_port()) for _ in range(members)]
         initial = ",".join(f"m{i}=http://127.0.0.1:{p}" for i, (_, p) in enumerate(self.ports))
         self.procs: list[subprocess.Popen[bytes]] = []
         for i, (c, p) in enumerate(self.ports):
             log = open(self.dir / f"m{i}.log", "wb")
             self.procs.append(subprocess.Popen(
                 ["etcd", "--name", f"m{i}", "--data-dir", str(self.dir / f"m{i}"),
-                 "--listen-client-urls", f"http://127.0.0.1:{c}", "--advertise-client-urls", f"http://127.0.0.1:{c}",
+                 "--listen-client-urls", f"{scheme}://127.0.0.1:{c}", "--advertise-client-urls", f"{scheme}://127.0.0.1:{c}",
+                 *tls_args,
                  "--listen-peer-urls", f"http://127.0.0.1:{p}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{p}",
                  "--initial-cluster", initial, "--initial-cluster-state", "new",
                  "--heartbeat-interval", "50", "--election-timeout", "500"],
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL,
             ))
+        self.scheme = "etcds" if tls else "etcd"
         self.endpoints = ",".join(f"127.0.0.1:{c}" for c, _ in self.ports)
         deadline = time.monotonic() + 20
-        while subprocess.run(["etcdctl", f"--endpoints={self.endpoints}", "endpoint", "health"],
-                             env={**os.environ, "ETCDCTL_API": "3"}, capture_output=True).returncode != 0:
+        while self.etcdctl("endpoint", "health", check=False).returncode != 0:
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"etcd did not become healthy; logs in {self.dir}")
             time.sleep(0.1)
 
+    def etcdctl(self, *args: str, check: bool = True) -> "subprocess.CompletedProcess[str]":
+        """Runs etcdctl against the members (with the client certificate
+        under TLS); with `check`, fails the test when it fails."""
+        scheme = "http" if self.pki is None else "https"
+        eps = ",".join(f"{scheme}://127.0.0.1:{c}" for c, _ in self.ports)
+        tls = [] if self.pki is None else [
+            "--cacert", str(self.pki["ca"]), "--cert", str(self.pki["client"]), "--key", str(self.pki["client-key"])]
+        out = subprocess.run(["etcdctl", f"--endpoints={eps}", *tls, *args],
+                             env={**os.environ, "ETCDCTL_API": "3"}, capture_output=True, text=True)
+        if check and out.returncode != 0:
+            raise RuntimeError(f"etcdctl {' '.join(args)}: {out.stderr}")
+        return out
+
     def address(self, prefix: str) -> str:
-        return f"etcd://{self.endpoints}/{prefix}"
+        return f"{self.scheme}://{self.endpoints}/{prefix}"
 
     def stop(self) -> None:
         for p in self.procs:

@@ -85,7 +85,9 @@ async def test_connect_checks_its_options(tmp_path: Path) -> None:
 
 def test_connect_documents_its_options_and_their_defaults() -> None:
     doc = tinystore.connect.__doc__ or ""
-    for words in ("token", "ca_file", "request_timeout", "TINYSTORE_TOKEN", "TINYSTORE_CA", "10 seconds"):
+    for words in ("token", "ca_file", "request_timeout", "TINYSTORE_TOKEN", "TINYSTORE_CA", "10 seconds",
+                  "etcd_user", "etcd_password", "TINYSTORE_ETCD_USER", "TINYSTORE_ETCD_PASSWORD",
+                  "etcd_cert", "etcd_key", "TINYSTORE_ETCD_CERT", "TINYSTORE_ETCD_KEY", "AuthError"):
         assert words in doc, words
 
 

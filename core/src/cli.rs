@@ -148,6 +148,11 @@ enum ClusterAction {
     Init {
         /// etcd://HOST:PORT,.../PREFIX (etcds:// for TLS, with TINYSTORE_CA).
         address: String,
+        /// The directory of the same store on one machine, moving to the
+        /// cluster: the epoch is made (or raised) larger than its last
+        /// epoch, so fences keep growing. No process may own it meanwhile.
+        #[arg(long, value_name = "DIR")]
+        from: Option<std::path::PathBuf>,
     },
     /// Raises the store's epoch, so every fence after is larger than every
     /// fence before: run it after restoring etcd from a snapshot (unless
@@ -388,7 +393,17 @@ fn run_command(cli: Cli) -> Result<ExitCode, Error> {
             let lock = b.open()?;
             lock.hold(key.as_str(), |lease| -> Result<ExitCode, Error> { run_child(&command, lease) })
         }
-        Command::Cluster { action: ClusterAction::Init { address } } => {
+        Command::Cluster { action: ClusterAction::Init { address, from: Some(dir) } } => {
+            let m = crate::cluster::init_from(&address, &dir, crate::ConnectOptions::new())?;
+            let what = match m.before {
+                None => format!("made epoch {}", m.epoch),
+                Some(b) if b == m.epoch => format!("already had epoch {}", m.epoch),
+                Some(b) => format!("raised epoch {b} -> {}", m.epoch),
+            };
+            out!("{what}, larger than {}'s last epoch {}", dir.display(), m.local_epoch);
+            Ok(0)
+        }
+        Command::Cluster { action: ClusterAction::Init { address, from: None } } => {
             let (epoch, made) = crate::cluster::init(&address, crate::ConnectOptions::new())?;
             out!("{} epoch {epoch}", if made { "made" } else { "already had" });
             Ok(0)

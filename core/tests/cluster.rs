@@ -432,6 +432,25 @@ fn store_cluster_status_shows_members_holders_and_waiters() {
     drop(held);
 }
 
+/// STORE-01 on a cluster, as on one machine: closing the store tells its
+/// holders their leases are lost, fails its waiters with `closed`, and
+/// lets every key of this process go at once (its etcd leases revoked).
+#[test]
+fn store_01_cluster_close_lets_keys_go_and_tells_holders_and_waiters() {
+    let c = Cluster::shared();
+    let store = connect(&c, "close");
+    let raw = store.lock_raw("l", Kind::Lock).unwrap();
+    let held = runtime::block_on(raw.acquire("k".into(), Holder(0), Terms::default(), Duration::from_secs(1))).unwrap();
+    let r2 = raw.clone();
+    let waiter = std::thread::spawn(move || runtime::block_on(r2.acquire("k".into(), Holder(0), Terms::default(), Duration::from_secs(5))));
+    assert!(common::eventually(3000, || keys(&c, "close").len() == 2));
+    store.close();
+    assert_eq!(waiter.join().unwrap().unwrap_err().code(), "closed");
+    assert!(held.is_lost());
+    assert!(keys(&c, "close").is_empty(), "the keys went with the revoked leases");
+    assert_eq!(store.lock("l").open().err().unwrap().code(), "closed");
+}
+
 /// `store.database()` on a cluster store opens SQLite on this machine.
 #[test]
 fn store_cluster_sql_databases_are_files_on_this_machine() {
@@ -557,4 +576,96 @@ fn store_cluster_connects_with_etcd_user_and_password() {
     assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
     let e = Store::connect(&c.address("auth")).err().unwrap();
     assert_eq!(e.kind(), ErrorKind::Auth, "without a user: {e}");
+}
+
+/// A user without its password, or a client certificate without its key
+/// (bindings take them as separate arguments), is `invalid` before any
+/// member is asked, naming the missing one.
+#[test]
+fn store_cluster_connect_with_half_a_user_or_identity_is_invalid() {
+    let address = "etcd://127.0.0.1:1/half";
+    let e = Store::connect_with(address, ConnectOptions::new().etcd_user_parts(Some("root".into()), None)).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Invalid, "{e}");
+    assert!(e.to_string().contains("without the etcd password"), "{e}");
+    let e = Store::connect_with(address, ConnectOptions::new().etcd_identity_parts(None, Some("key.pem".into()))).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Invalid, "{e}");
+    assert!(e.to_string().contains("etcd client key was given without the etcd client certificate"), "{e}");
+}
+
+/// TLS to etcd (`etcds://`): members serving their clients TLS only, with
+/// client certificates required. With the CA and this process's
+/// certificate as connect options, holds work and fences grow; with a CA
+/// that did not sign the members' certificate, connecting fails at once
+/// with an `auth` error saying what to fix, not after the request timeout;
+/// without a client certificate, the error names it.
+#[test]
+fn store_cluster_tls_with_the_ca_and_a_client_certificate_holds_and_a_wrong_ca_is_a_clear_error() {
+    let c = Cluster::start_tls();
+    let p = c.tls.as_ref().unwrap();
+    let address = c.address("tls");
+    assert!(address.starts_with("etcds://"));
+    let s = Store::connect_with(&address, ConnectOptions::new().ca_file(&p.ca).etcd_identity(&p.client_cert, &p.client_key)).unwrap();
+    let lock = s.lock("l").ttl(Duration::from_secs(2)).open().unwrap();
+    let f1 = lock.hold("k", |l| -> tinystore::Result<Fence> { Ok(l.fence()) }).unwrap();
+    let f2 = lock.hold("k", |l| -> tinystore::Result<Fence> { Ok(l.fence()) }).unwrap();
+    assert!(f2 > f1);
+    assert_eq!(f1.epoch(), s.epoch());
+    assert_eq!(keys(&c, "tls"), Vec::<String>::new(), "etcdctl over TLS sees the prefix, every key let go");
+
+    let t = Instant::now();
+    let e = Store::connect_with(&address, ConnectOptions::new().ca_file(&p.other_ca).etcd_identity(&p.client_cert, &p.client_key)).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
+    assert!(e.message().contains("CA") && e.message().contains("certificate"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(5), "at once, not after the request timeout: {:?}", t.elapsed());
+
+    // The member closes the connection after the handshake, without an
+    // alert: the error names the missing client certificate as the likely cause.
+    let e = Store::connect_with(&address, ConnectOptions::new().ca_file(&p.ca).request_timeout(Duration::from_secs(2))).err().unwrap();
+    assert!(matches!(e.kind(), ErrorKind::Auth | ErrorKind::Unavailable), "without a client certificate: {e}");
+    assert!(e.message().contains("client certificate"), "{e}");
+}
+
+/// LOCK-02 across a migration from one machine: `tinystore cluster init
+/// ADDRESS --from DIR` raises the cluster's epoch above the last epoch of
+/// the store in DIR (here one whose clock ran 10 days ahead, so the
+/// cluster's clock alone would not do), so every fence the cluster gives
+/// is larger than every fence given on one machine. It refuses while a
+/// process owns DIR, and a directory without a store, saying what to do;
+/// run again, it keeps the epoch.
+#[test]
+fn lock_02_cluster_init_from_a_one_machine_store_makes_fences_larger_than_all_of_its() {
+    let c = Cluster::shared();
+    let address = c.address("migrate");
+    let d = common::dir();
+    let ahead = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64 + 10 * 86_400_000;
+    let local = Store::open_with(d.path(), tinystore::OpenOptions::new().clock_ms(ahead)).unwrap();
+    let local_fence = one_fence(&local);
+    let before = connect(&c, "migrate");
+    assert!(before.epoch() < local.epoch(), "the cluster's epoch alone is smaller");
+    before.close();
+
+    let dir = d.path().to_str().unwrap();
+    let owned = cli(&["cluster", "init", &address, "--from", dir]);
+    assert!(!owned.status.success());
+    assert!(String::from_utf8_lossy(&owned.stderr).contains("owned by another process"), "{}", String::from_utf8_lossy(&owned.stderr));
+    local.close();
+
+    let out = cli(&["cluster", "init", &address, "--from", dir]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(said.starts_with("raised epoch ") && said.contains(&format!("last epoch {}", local_fence.epoch())), "{said}");
+    let s = connect(&c, "migrate");
+    let f = one_fence(&s);
+    assert!(f > local_fence, "{f} > {local_fence}");
+    assert!(s.epoch() > local_fence.epoch());
+
+    let again = tinystore::cluster::init_from(&address, d.path(), ConnectOptions::new()).unwrap();
+    assert_eq!((again.before, again.epoch, again.local_epoch), (Some(s.epoch()), s.epoch(), local_fence.epoch()), "kept");
+    let fresh = tinystore::cluster::init_from(&c.address("migrate-new"), d.path(), ConnectOptions::new()).unwrap();
+    assert!(fresh.before.is_none() && fresh.epoch > local_fence.epoch(), "{fresh:?}");
+
+    let empty = common::dir();
+    let e = tinystore::cluster::init_from(&address, empty.path(), ConnectOptions::new()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Invalid, "{e}");
+    assert!(e.message().contains("no kv.db"), "{e}");
 }

@@ -1,18 +1,20 @@
 //! tinystore's cluster store (locks in etcd) on a 3-member etcd cluster on
 //! this machine, with etcd's default election timing, against `etcdctl
 //! lock` for scale, in one run: hold+release of one key per second,
-//! sequential and with 4 contending stores.
+//! sequential and with 4 processes contending for it (this binary again,
+//! `cluster worker ADDRESS`, one store each).
 //!
 //! Run: `cargo run --release -p tinystore-bench --bin cluster`
 //! (needs Debian's `etcd-server` and `etcd-client`). With
 //! `ETCD_MUTEX_BENCH` naming the binary of bench/etcd-mutex (`go build`
 //! there), etcd's own `concurrency.Mutex` (Go clientv3) runs the same rows
 //! on the same cluster, interleaved with tinystore's, two rounds each.
+//! `CLUSTER_BENCH_SECS` (default 5) is each row's length, for a short check.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tinystore::Store;
@@ -69,26 +71,67 @@ fn sequential(address: &str, secs: u64) -> f64 {
     n as f64 / t.elapsed().as_secs_f64()
 }
 
-fn contended(address: &str, stores: usize, secs: u64) -> f64 {
-    let done = Arc::new(AtomicU64::new(0));
+/// `cluster worker ADDRESS`, a contending process: connects, holds once,
+/// says "ready"; at the line "go" holds and releases "k" until the line
+/// "stop", then says how many holds it made.
+fn worker(address: &str) {
+    use std::io::BufRead;
+    let s = Store::connect(address).unwrap();
+    let lock = s.lock("bench").wait(Duration::from_secs(60)).open().unwrap();
+    lock.hold("k", |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
+    println!("ready");
+    let mut lines = std::io::BufReader::new(std::io::stdin()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "go");
     let stop = Arc::new(AtomicBool::new(false));
-    let t = Instant::now();
-    let threads: Vec<_> = (0..stores)
+    let s2 = stop.clone();
+    std::thread::spawn(move || {
+        let _ = lines.next();
+        s2.store(true, Ordering::Relaxed);
+    });
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        lock.hold("k", |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
+        n += 1;
+    }
+    println!("{n}");
+    s.close();
+}
+
+/// `procs` worker processes contending for one key for `secs` seconds,
+/// started together once each is connected: holds per second, all summed.
+fn contended(address: &str, procs: usize, secs: u64) -> f64 {
+    use std::io::{BufRead, BufReader, Write};
+    let me = std::env::current_exe().unwrap();
+    let mut kids: Vec<(Kill, BufReader<std::process::ChildStdout>)> = (0..procs)
         .map(|_| {
-            let (done, stop, s) = (done.clone(), stop.clone(), Store::connect(address).unwrap());
-            std::thread::spawn(move || {
-                let lock = s.lock("bench").wait(Duration::from_secs(60)).open().unwrap();
-                while !stop.load(Ordering::Relaxed) {
-                    lock.hold("k", |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            })
+            let mut c = Command::new(&me).args(["worker", address]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+            let out = BufReader::new(c.stdout.take().unwrap());
+            (Kill(c), out)
         })
         .collect();
+    let mut line = String::new();
+    for (_, out) in &mut kids {
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "a worker did not start");
+    }
+    let say = |kids: &mut Vec<(Kill, BufReader<std::process::ChildStdout>)>, what: &str| {
+        for (k, _) in kids.iter_mut() {
+            writeln!(k.0.stdin.as_mut().unwrap(), "{what}").unwrap();
+        }
+    };
+    say(&mut kids, "go");
+    let t = Instant::now();
     std::thread::sleep(Duration::from_secs(secs));
-    stop.store(true, Ordering::Relaxed);
-    threads.into_iter().for_each(|h| h.join().unwrap());
-    done.load(Ordering::Relaxed) as f64 / t.elapsed().as_secs_f64()
+    say(&mut kids, "stop");
+    let elapsed = t.elapsed().as_secs_f64();
+    let mut done = 0u64;
+    for (_, out) in &mut kids {
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        done += line.trim().parse::<u64>().expect("a worker's count");
+    }
+    done as f64 / elapsed
 }
 
 /// `etcdctl lock NAME true`, one process per hold, sequential.
@@ -106,18 +149,23 @@ fn uptime() -> String {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("worker") {
+        return worker(&args[2]);
+    }
     let dir = tempfile::Builder::new().prefix("tinystore-bench-etcd").tempdir().unwrap();
     let (_members, endpoints) = cluster(dir.path());
     let address = format!("etcd://{endpoints}/bench");
     println!("load before: {}", uptime());
     let go = std::env::var_os("ETCD_MUTEX_BENCH");
+    let secs: u64 = std::env::var("CLUSTER_BENCH_SECS").map(|v| v.parse().expect("CLUSTER_BENCH_SECS: whole seconds")).unwrap_or(5);
     for round in 1..=2 {
-        let seq = sequential(&address, 5);
+        let seq = sequential(&address, secs);
         println!("round {round}: tinystore cluster, sequential hold+release: {seq:.0}/s");
-        let four = contended(&address, 4, 5);
-        println!("round {round}: tinystore cluster, 4 stores contending for one key: {four:.0}/s");
+        let four = contended(&address, 4, secs);
+        println!("round {round}: tinystore cluster, 4 processes contending for one key: {four:.0}/s");
         if let Some(go) = &go {
-            let out = Command::new(go).arg(&endpoints).output().expect("run the etcd-mutex benchmark");
+            let out = Command::new(go).arg(&endpoints).arg(secs.to_string()).output().expect("run the etcd-mutex benchmark");
             for l in String::from_utf8_lossy(&out.stdout).lines() {
                 println!("round {round}: {l}");
             }

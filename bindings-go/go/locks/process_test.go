@@ -16,7 +16,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testkit.Main(m, map[string]func() int{"holder": holder, "lockclient": lockClient, "lockring": lockRing, "leaseclient": leaseClient})
+	testkit.Main(m, map[string]func() int{"holder": holder, "lockclient": lockClient, "lockring": lockRing, "leaseclient": leaseClient, "clusterclient": clusterClient})
 }
 
 // holder connects to the store at $TINYSTORE_ADDR, holds key 7 of

@@ -28,6 +28,10 @@ def connect(
     token: Optional[str] = None,
     ca_file: Union[str, PathLike[str], None] = None,
     request_timeout: Optional[_Duration] = None,
+    etcd_user: Optional[str] = None,
+    etcd_password: Optional[str] = None,
+    etcd_cert: Union[str, PathLike[str], None] = None,
+    etcd_key: Union[str, PathLike[str], None] = None,
 ) -> Pending[NativeStore]: ...
 # Runs the tinystore command (args[0] is the program's name); its exit status.
 def cli(args: list[str]) -> int: ...

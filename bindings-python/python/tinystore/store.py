@@ -218,6 +218,10 @@ def connect(
     token: Optional[str] = None,
     ca_file: Union[str, "os.PathLike[str]", None] = None,
     request_timeout: Optional[Duration] = None,
+    etcd_user: Optional[str] = None,
+    etcd_password: Optional[str] = None,
+    etcd_cert: Union[str, "os.PathLike[str]", None] = None,
+    etcd_key: Union[str, "os.PathLike[str]", None] = None,
 ) -> Opening:
     """Connects to a store another process serves at ``address``; the same
     API as an owned store, reconnecting by itself when the connection drops.
@@ -229,10 +233,10 @@ def connect(
       docs/wire.md, "TLS").
     - ``"etcd://HOST:PORT,HOST:PORT/PREFIX"``: a cluster store, its locks,
       semaphores and fences in etcd under ``/PREFIX/`` (``etcds://`` for
-      TLS, with ``ca_file``); etcd's user and password from
-      ``TINYSTORE_ETCD_USER`` and ``TINYSTORE_ETCD_PASSWORD``. Its channels
-      are not there yet; its SQL databases are files on this machine (see
-      docs/cluster.md).
+      TLS, with ``ca_file``, and ``etcd_cert``/``etcd_key`` when the members
+      ask for client certificates); etcd's user and password in
+      ``etcd_user``/``etcd_password``. Its channels are not there yet; its
+      SQL databases are files on this machine (see docs/cluster.md).
 
     Keyword arguments, each defaulting to the environment so that a
     deployment can set them without code:
@@ -240,21 +244,39 @@ def connect(
     - ``token``: a line of the owner's ``<dir>/tokens``, for ``tcp:`` and
       ``tls:``; default the environment variable ``TINYSTORE_TOKEN``. Two
       stores with two tokens can be connected from one process.
-    - ``ca_file``: for ``tls:``, the PEM file of the CA certificate(s) to
-      trust (only these: no public roots); default ``TINYSTORE_CA``.
+    - ``ca_file``: for ``tls:`` and ``etcds://``, the PEM file of the CA
+      certificate(s) to trust (only these: no public roots); default
+      ``TINYSTORE_CA``.
+    - ``etcd_user`` and ``etcd_password``: for ``etcd://`` and ``etcds://``,
+      etcd's own authentication (a user made with ``etcdctl user add``), two
+      strings, both or neither; default ``TINYSTORE_ETCD_USER`` and
+      ``TINYSTORE_ETCD_PASSWORD`` (none: no authentication).
+    - ``etcd_cert`` and ``etcd_key``: for ``etcds://`` members that ask for
+      client certificates (``--client-cert-auth``), this process's
+      certificate and private key, PEM file paths, both or neither; default
+      ``TINYSTORE_ETCD_CERT`` and ``TINYSTORE_ETCD_KEY``.
     - ``request_timeout``: how long a request may go unanswered (beyond a
       hold's ``wait``) before it raises ``TimeoutError``: ``"5s"``, seconds,
       or a ``timedelta``; default 10 seconds.
 
-    Raises ``InvalidError`` for an address or duration out of rule or ``tls:``
-    without a CA file, ``IoError`` when nobody listens there or the CA file
-    is unreadable, ``AuthError`` for a wrong or missing token or a
-    certificate the CA does not vouch for, ``ProtocolError`` when only one
-    side speaks TLS. Runs off the event loop.
+    Raises ``InvalidError`` for an address or duration out of rule, ``tls:``
+    or ``etcds://`` without a CA file, a user without a password (or a
+    certificate without a key, or the other way round), or an unreadable
+    etcd TLS file; ``IoError`` when nobody listens there or the CA file is
+    unreadable; ``AuthError`` for a wrong or missing token, a wrong etcd user
+    or password (or none where etcd has auth enabled), a certificate the CA
+    does not vouch for, or a client certificate etcd refused;
+    ``UnavailableError`` when no etcd member answered within the request
+    timeout; ``ProtocolError`` when only one side speaks TLS. Runs off the
+    event loop.
 
     ::
 
         store = await tinystore.connect("tls:db.example.com:7443", token=token, ca_file="ca.pem")
+        store = await tinystore.connect("etcds://10.0.0.1:2379,10.0.0.2:2379/myapp", ca_file="ca.pem",
+                                        etcd_user="app", etcd_password=password)
     """
     ca = None if ca_file is None else os.fspath(ca_file)
-    return Opening(lambda: _native.connect(address, token, ca, request_timeout))
+    cert = None if etcd_cert is None else os.fspath(etcd_cert)
+    key = None if etcd_key is None else os.fspath(etcd_key)
+    return Opening(lambda: _native.connect(address, token, ca, request_timeout, etcd_user, etcd_password, cert, key))

@@ -55,8 +55,10 @@ pub struct ConnectOptions {
     token: Option<String>,
     ca_file: Option<PathBuf>,
     request_timeout: Option<Duration>,
-    etcd_user: Option<(String, String)>,
-    etcd_identity: Option<(PathBuf, PathBuf)>,
+    /// User and password, each as given (a half pair is refused at connect).
+    etcd_user: (Option<String>, Option<String>),
+    /// Client certificate and key, each as given (likewise).
+    etcd_identity: (Option<PathBuf>, Option<PathBuf>),
     sql_dir: Option<PathBuf>,
     nats_creds: Option<PathBuf>,
     nats_user: Option<(String, String)>,
@@ -82,14 +84,30 @@ impl ConnectOptions {
     /// (etcd's own authentication), instead of `TINYSTORE_ETCD_USER` and
     /// `TINYSTORE_ETCD_PASSWORD`.
     pub fn etcd_user(mut self, user: impl Into<String>, password: impl Into<String>) -> ConnectOptions {
-        self.etcd_user = Some((user.into(), password.into()));
+        self.etcd_user = (Some(user.into()), Some(password.into()));
+        self
+    }
+    /// [`etcd_user`](ConnectOptions::etcd_user) for a binding whose user and
+    /// password arrive as two optional arguments: `None` for both keeps the
+    /// environment's; one without the other makes the connect fail with
+    /// `invalid`, saying which is missing.
+    pub fn etcd_user_parts(mut self, user: Option<String>, password: Option<String>) -> ConnectOptions {
+        self.etcd_user = (user, password);
         self
     }
     /// For `etcds://` addresses whose members ask for client certificates:
     /// this process's certificate and private key, PEM files, instead of
     /// `TINYSTORE_ETCD_CERT` and `TINYSTORE_ETCD_KEY`.
     pub fn etcd_identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> ConnectOptions {
-        self.etcd_identity = Some((cert.into(), key.into()));
+        self.etcd_identity = (Some(cert.into()), Some(key.into()));
+        self
+    }
+    /// [`etcd_identity`](ConnectOptions::etcd_identity) for a binding whose
+    /// certificate and key arrive as two optional arguments: `None` for both
+    /// keeps the environment's; one without the other makes the connect
+    /// fail with `invalid`, saying which is missing.
+    pub fn etcd_identity_parts(mut self, cert: Option<PathBuf>, key: Option<PathBuf>) -> ConnectOptions {
+        self.etcd_identity = (cert, key);
         self
     }
     /// For `etcd://` addresses: the directory on this machine where
@@ -136,11 +154,14 @@ impl ConnectOptions {
     pub(crate) fn for_cluster(self, address: &str) -> Result<(EtcdAddress, EtcdOptions, PathBuf)> {
         let addr = EtcdAddress::parse(address)?;
         let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-        let user = self.etcd_user.or_else(|| match (std::env::var("TINYSTORE_ETCD_USER"), std::env::var("TINYSTORE_ETCD_PASSWORD")) {
-            (Ok(u), Ok(p)) if !u.is_empty() => Some((u, p)),
-            _ => None,
+        let user = both(self.etcd_user, ("etcd user", "etcd password"), "TINYSTORE_ETCD_USER and TINYSTORE_ETCD_PASSWORD")?.or_else(|| {
+            match (std::env::var("TINYSTORE_ETCD_USER"), std::env::var("TINYSTORE_ETCD_PASSWORD")) {
+                (Ok(u), Ok(p)) if !u.is_empty() => Some((u, p)),
+                _ => None,
+            }
         });
-        let identity = self.etcd_identity.or_else(|| Some((env("TINYSTORE_ETCD_CERT")?, env("TINYSTORE_ETCD_KEY")?)));
+        let identity = both(self.etcd_identity, ("etcd client certificate", "etcd client key"), "TINYSTORE_ETCD_CERT and TINYSTORE_ETCD_KEY")?
+            .or_else(|| Some((env("TINYSTORE_ETCD_CERT")?, env("TINYSTORE_ETCD_KEY")?)));
         let ca_file = self.ca_file.or_else(|| env("TINYSTORE_CA"));
         let request_timeout = self.request_timeout.unwrap_or(crate::base::limits::REQUEST_TIMEOUT);
         let nats = crate::net::nats::NatsOptions {
@@ -158,6 +179,20 @@ impl ConnectOptions {
             data.join("tinystore").join("cluster").join(addr.prefix.replace('/', "_"))
         });
         Ok((addr, eo, dir))
+    }
+}
+
+/// Both halves of a connect option given in two (user and password,
+/// certificate and key), or neither (`None`: the environment's); one alone
+/// is `invalid`.
+fn both<T>(pair: (Option<T>, Option<T>), names: (&str, &str), env: &str) -> Result<Option<(T, T)>> {
+    match pair {
+        (Some(a), Some(b)) => Ok(Some((a, b))),
+        (None, None) => Ok(None),
+        (a, _) => {
+            let (given, missing) = if a.is_some() { names } else { (names.1, names.0) };
+            Err(Error::invalid(format!("the {given} was given without the {missing}: give both, or neither to take them from {env}")))
+        }
     }
 }
 

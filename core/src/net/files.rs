@@ -70,6 +70,23 @@ pub(crate) fn next_epoch(dir: &Path, clock_ms: Option<u64>) -> Result<u64> {
     Ok(epoch)
 }
 
+/// The epoch of the store's last open in `dir` (from `kv.db`, read only).
+/// Errors: `invalid` when `dir` holds no store, `io`.
+pub(crate) fn last_epoch(dir: &Path) -> Result<u64> {
+    let path = dir.join("kv.db");
+    if !path.is_file() {
+        return Err(Error::invalid(format!(
+            "{} holds no tinystore store (no kv.db): give the directory the store on one machine was opened in",
+            dir.display()
+        )));
+    }
+    let db = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    db.busy_timeout(Duration::from_secs(5))?;
+    let e: i64 = db.query_row("select value from kv where key = 'epoch'", [], |r| r.get(0)).map_err(|e| {
+        Error::invalid(format!("{} has no epoch in kv.db ({e}): was a store ever opened there?", dir.display()))
+    })?;
+    Ok(e as u64)
+}
 
 /// True where an owner holds `<dir>/owner.lock` on this machine.
 pub(crate) fn owner_lock_held_here(dir: &Path) -> bool {

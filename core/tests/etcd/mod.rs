@@ -27,6 +27,56 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub members: Vec<Member>,
     token: String,
+    /// For a cluster serving TLS to its clients ([`Cluster::start_tls`]).
+    pub tls: Option<Pki>,
+}
+
+/// The certificates of a TLS cluster, PEM files in its directory: a CA, the
+/// members' certificate (for 127.0.0.1 and localhost) signed by it, a
+/// client certificate signed by it, and another CA that signed nothing.
+pub struct Pki {
+    pub ca: PathBuf,
+    pub member_cert: PathBuf,
+    pub member_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    pub other_ca: PathBuf,
+}
+
+fn pki(dir: &std::path::Path) -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(DnType::CommonName, "tinystore test etcd CA");
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let member_key = KeyPair::generate().unwrap();
+    let mut member = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+    // etcd's gateway dials the member with this certificate too.
+    member.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+    let member_cert = member.signed_by(&member_key, &issuer).unwrap();
+    let client_key = KeyPair::generate().unwrap();
+    let mut client = CertificateParams::new(Vec::<String>::new()).unwrap();
+    client.distinguished_name.push(DnType::CommonName, "tinystore test client");
+    client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let client_cert = client.signed_by(&client_key, &issuer).unwrap();
+    let other = rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+    let p = Pki {
+        ca: dir.join("ca.pem"),
+        member_cert: dir.join("member.pem"),
+        member_key: dir.join("member-key.pem"),
+        client_cert: dir.join("client.pem"),
+        client_key: dir.join("client-key.pem"),
+        other_ca: dir.join("other-ca.pem"),
+    };
+    std::fs::write(&p.ca, ca_cert.pem()).unwrap();
+    std::fs::write(&p.member_cert, member_cert.pem()).unwrap();
+    std::fs::write(&p.member_key, member_key.serialize_pem()).unwrap();
+    std::fs::write(&p.client_cert, client_cert.pem()).unwrap();
+    std::fs::write(&p.client_key, client_key.serialize_pem()).unwrap();
+    std::fs::write(&p.other_ca, other.cert.pem()).unwrap();
+    p
 }
 
 /// A port nobody listens on now (the OS's pick on 127.0.0.1).
@@ -58,10 +108,22 @@ impl Cluster {
     }
 
     pub fn start_n(n: usize) -> Cluster {
+        Cluster::start_with(n, false)
+    }
+
+    /// 3 members serving their clients TLS only (`https://`), with client
+    /// certificates required (`--client-cert-auth`), all signed by the CA of
+    /// [`Cluster::tls`]; the members talk to each other in plain text.
+    pub fn start_tls() -> Cluster {
+        Cluster::start_with(3, true)
+    }
+
+    fn start_with(n: usize, tls: bool) -> Cluster {
         let dir = tempfile::Builder::new().prefix("tinystore-etcd").tempdir().expect("temp dir");
         let token = format!("tinystore-test-{}", std::process::id());
         let members = (0..n).map(|i| Member { name: format!("m{i}"), client_port: free_port(), peer_port: free_port(), child: None }).collect();
-        let mut c = Cluster { dir, members, token };
+        let tls = tls.then(|| pki(dir.path()));
+        let mut c = Cluster { dir, members, token, tls };
         for i in 0..n {
             c.spawn(i);
         }
@@ -76,14 +138,21 @@ impl Cluster {
     fn spawn(&mut self, i: usize) {
         let initial = self.initial_cluster();
         let root = self.dir.path().to_path_buf();
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut tls_args: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(p) = &self.tls {
+            tls_args.extend(["--cert-file".into(), p.member_cert.clone().into(), "--key-file".into(), p.member_key.clone().into()]);
+            tls_args.extend(["--trusted-ca-file".into(), p.ca.clone().into(), "--client-cert-auth".into()]);
+        }
         let m = &mut self.members[i];
         let log = std::fs::OpenOptions::new().create(true).append(true).open(root.join(format!("{}.log", m.name))).expect("member log");
         let child = Command::new("etcd")
             .args(["--name", &m.name])
             .arg("--data-dir")
             .arg(root.join(&m.name))
-            .args(["--listen-client-urls", &format!("http://127.0.0.1:{}", m.client_port)])
-            .args(["--advertise-client-urls", &format!("http://127.0.0.1:{}", m.client_port)])
+            .args(["--listen-client-urls", &format!("{scheme}://127.0.0.1:{}", m.client_port)])
+            .args(["--advertise-client-urls", &format!("{scheme}://127.0.0.1:{}", m.client_port)])
+            .args(&tls_args)
             .args(["--listen-peer-urls", &format!("http://127.0.0.1:{}", m.peer_port)])
             .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{}", m.peer_port)])
             .args(["--initial-cluster", &initial, "--initial-cluster-state", "new", "--initial-cluster-token", &self.token])
@@ -104,14 +173,18 @@ impl Cluster {
 
     /// A store address on this cluster under `prefix`.
     pub fn address(&self, prefix: &str) -> String {
-        format!("etcd://{}/{prefix}", self.endpoints())
+        format!("{}://{}/{prefix}", if self.tls.is_some() { "etcds" } else { "etcd" }, self.endpoints())
     }
 
     /// Runs `etcdctl` against the members that are up.
     pub fn etcdctl(&self, args: &[&str]) -> std::process::Output {
-        let eps: Vec<String> = self.members.iter().filter(|m| m.child.is_some()).map(|m| format!("http://127.0.0.1:{}", m.client_port)).collect();
-        Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let eps: Vec<String> = self.members.iter().filter(|m| m.child.is_some()).map(|m| format!("{scheme}://127.0.0.1:{}", m.client_port)).collect();
+        let mut cmd = Command::new("etcdctl");
+        if let Some(p) = &self.tls {
+            cmd.arg("--cacert").arg(&p.ca).arg("--cert").arg(&p.client_cert).arg("--key").arg(&p.client_key);
+        }
+        cmd.env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={}", eps.join(",")))
             .args(args)
             .output()

@@ -47,6 +47,10 @@ type ConnectOptions struct {
 	Token          *string
 	CAFile         *string
 	RequestTimeout time.Duration // 0: the default
+	EtcdUser       *string
+	EtcdPassword   *string
+	EtcdCert       *string
+	EtcdKey        *string
 }
 
 // ConnectStore connects to a store served at address; ctx ends the wait.
@@ -58,15 +62,19 @@ func connectStore(address string, o ConnectOptions) (*Store, error) {
 	var p *C.TsStore
 	var e *C.TsError
 	a, n := ptr(address)
-	var token, ca string
-	if o.Token != nil {
-		token = *o.Token
+	// Each option as C takes it: pointer, length, and whether it was given.
+	given := func(v *string) (string, C.uint8_t) {
+		if v == nil {
+			return "", 0
+		}
+		return *v, 1
 	}
-	if o.CAFile != nil {
-		ca = *o.CAFile
-	}
-	t, tn := ptr(token)
-	c, cn := ptr(ca)
+	token, hasToken := given(o.Token)
+	ca, hasCA := given(o.CAFile)
+	user, hasUser := given(o.EtcdUser)
+	password, hasPassword := given(o.EtcdPassword)
+	cert, hasCert := given(o.EtcdCert)
+	key, hasKey := given(o.EtcdKey)
 	ms := C.uint64_t(0)
 	if o.RequestTimeout > 0 {
 		ms = C.uint64_t(max(o.RequestTimeout.Milliseconds(), 1))
@@ -75,29 +83,31 @@ func connectStore(address string, o ConnectOptions) (*Store, error) {
 	// allows that only for pinned memory.
 	var pins runtime.Pinner
 	defer pins.Unpin()
-	for _, s := range []string{token, ca} {
+	for _, s := range []string{token, ca, user, password, cert, key} {
 		if len(s) > 0 {
 			pins.Pin(unsafe.StringData(s))
 		}
 	}
+	t, tn := ptr(token)
+	c, cn := ptr(ca)
+	u, un := ptr(user)
+	pw, pwn := ptr(password)
+	ce, cen := ptr(cert)
+	k, kn := ptr(key)
 	opts := C.struct_TsConnectOptions{
-		token: t, token_len: tn, has_token: flag(o.Token != nil),
-		ca_file: c, ca_file_len: cn, has_ca_file: flag(o.CAFile != nil),
+		token: t, token_len: tn, has_token: hasToken,
+		ca_file: c, ca_file_len: cn, has_ca_file: hasCA,
 		request_timeout_ms: ms,
+		etcd_user: u, etcd_user_len: un, has_etcd_user: hasUser,
+		etcd_password: pw, etcd_password_len: pwn, has_etcd_password: hasPassword,
+		etcd_cert: ce, etcd_cert_len: cen, has_etcd_cert: hasCert,
+		etcd_key: k, etcd_key_len: kn, has_etcd_key: hasKey,
 	}
 	code := C.ts_store_connect(a, n, &opts, &p, &e)
 	if err := errorOf(code, e); err != nil {
 		return nil, err
 	}
 	return newStore(p), nil
-}
-
-// flag is b as the C ABI takes a yes or no.
-func flag(b bool) C.uint8_t {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // Serve serves the store on one more address.

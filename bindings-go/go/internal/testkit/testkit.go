@@ -9,13 +9,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,12 +39,12 @@ func (s *Stores) Open() *tinystore.Store {
 	s.t.Helper()
 	ctx := context.Background()
 	if s.Kind == "cluster" {
-		c := etcd(s.t)
+		c := sharedCluster(s.t)
 		if s.prefix == "" {
 			s.prefix = fmt.Sprintf("go%d-%d", os.Getpid(), prefixes.Add(1))
 		}
 		os.Setenv("TINYSTORE_CLUSTER_SQL_DIR", s.Dir)
-		store, err := tinystore.Connect(ctx, "etcd://"+c.endpoints+"/"+s.prefix)
+		store, err := tinystore.Connect(ctx, c.Address(s.prefix))
 		if err != nil {
 			s.t.Fatalf("connect to the etcd cluster: %v", err)
 		}
@@ -102,104 +98,6 @@ func EachWithCluster(t *testing.T, f func(t *testing.T, stores *Stores)) {
 }
 
 var prefixes atomic.Int64
-
-// etcdCluster is three etcd members on free loopback ports, their data in
-// a temporary directory, with fast elections (heartbeat 50 ms, election
-// 500 ms: etcd's smallest lease ttl is then 1 s).
-type etcdCluster struct {
-	dir       string
-	endpoints string
-	procs     []*exec.Cmd
-}
-
-var (
-	clusterOnce sync.Once
-	theCluster  *etcdCluster
-	clusterErr  error
-)
-
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// etcd starts the package's cluster on first use; Main stops it.
-func etcd(t testing.TB) *etcdCluster {
-	t.Helper()
-	clusterOnce.Do(func() { theCluster, clusterErr = startEtcd() })
-	if clusterErr != nil {
-		t.Fatal(clusterErr)
-	}
-	return theCluster
-}
-
-func startEtcd() (*etcdCluster, error) {
-	dir, err := os.MkdirTemp("", "ts-go-etcd-")
-	if err != nil {
-		return nil, err
-	}
-	c := &etcdCluster{dir: dir}
-	type ports struct{ client, peer int }
-	var ps []ports
-	var initial, eps []string
-	for i := range 3 {
-		p := ports{freePort(), freePort()}
-		ps = append(ps, p)
-		initial = append(initial, fmt.Sprintf("m%d=http://127.0.0.1:%d", i, p.peer))
-		eps = append(eps, fmt.Sprintf("127.0.0.1:%d", p.client))
-	}
-	c.endpoints = strings.Join(eps, ",")
-	for i, p := range ps {
-		log, err := os.Create(filepath.Join(dir, fmt.Sprintf("m%d.log", i)))
-		if err != nil {
-			return nil, err
-		}
-		cmd := exec.Command("etcd", "--name", fmt.Sprintf("m%d", i), "--data-dir", filepath.Join(dir, fmt.Sprintf("m%d", i)),
-			"--listen-client-urls", fmt.Sprintf("http://127.0.0.1:%d", p.client), "--advertise-client-urls", fmt.Sprintf("http://127.0.0.1:%d", p.client),
-			"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", p.peer), "--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", p.peer),
-			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
-			"--heartbeat-interval", "50", "--election-timeout", "500")
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			c.stop()
-			return nil, fmt.Errorf("start etcd (Debian's etcd-server): %w", err)
-		}
-		c.procs = append(c.procs, cmd)
-	}
-	end := time.Now().Add(20 * time.Second)
-	for {
-		h := exec.Command("etcdctl", "--endpoints="+c.endpoints, "endpoint", "health")
-		h.Env = append(os.Environ(), "ETCDCTL_API=3")
-		if h.Run() == nil {
-			return c, nil
-		}
-		if time.Now().After(end) {
-			c.stop()
-			return nil, fmt.Errorf("etcd did not become healthy within 20s; logs in %s", dir)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// stop kills every member by PID and removes the data.
-func (c *etcdCluster) stop() {
-	for _, p := range c.procs {
-		_ = p.Process.Kill()
-		_ = p.Wait()
-	}
-	_ = os.RemoveAll(c.dir)
-}
-
-// StopCluster stops the package's etcd cluster, if a test started one.
-func StopCluster() {
-	if theCluster != nil {
-		theCluster.stop()
-	}
-}
 
 // Owned opens a store this process owns, in a fresh directory.
 func Owned(t testing.TB) *tinystore.Store {

@@ -219,6 +219,9 @@ impl ClusterLock {
             }
             Ok(Err(err)) => {
                 waiting.delete_now().await;
+                // Closing revokes the waiter's session too: a waiter is told
+                // the store closed, as on one machine, not that it lost a lease.
+                self.etcd.check_open()?;
                 Err(err)
             }
             Err(_) => {

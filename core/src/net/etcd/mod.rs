@@ -168,9 +168,63 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
+/// How a TLS handshake with a member failed, if one did.
+enum TlsRefusal {
+    /// This client did not trust the member's certificate.
+    Untrusted(String),
+    /// The member refused this client (an alert: no or a wrong client certificate).
+    Refused(String),
+}
+
+/// The TLS failure under an etcd error. tonic carries rustls's error in
+/// private wrappers whose sources do not all lead to it, so its text is
+/// read too (rustls's own variant names).
+fn tls_refusal(e: &etcd_client::Error) -> Option<TlsRefusal> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
+        let t = err.downcast_ref::<rustls::Error>().or_else(|| err.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).and_then(|i| i.downcast_ref::<rustls::Error>()));
+        match t {
+            Some(rustls::Error::InvalidCertificate(why)) => return Some(TlsRefusal::Untrusted(format!("{why:?}"))),
+            Some(rustls::Error::AlertReceived(alert)) => return Some(TlsRefusal::Refused(format!("{alert:?}"))),
+            _ => {}
+        }
+        next = err.source();
+    }
+    let text = format!("{e:?}");
+    let after = |name: &str| text.split_once(name).map(|(_, rest)| rest.split(')').next().unwrap_or("").to_owned());
+    if let Some(why) = after("InvalidCertificate(") {
+        return Some(TlsRefusal::Untrusted(why));
+    }
+    if let Some(alert) = after("AlertReceived(") {
+        return Some(TlsRefusal::Refused(alert));
+    }
+    // Sometimes only rustls's message is left, in an io::Error's text.
+    let alert = text.split_once("received fatal alert: ")?.1;
+    Some(TlsRefusal::Refused(alert.split(|c: char| !c.is_alphanumeric()).next().unwrap_or("").to_owned()))
+}
+
 /// An etcd error as ours: what could not be done, and why.
 pub(crate) fn etcd_error(what: &str, e: etcd_client::Error) -> Error {
     use etcd_client::Error as E;
+    match tls_refusal(&e) {
+        Some(TlsRefusal::Untrusted(why)) => {
+            return Error::new(
+                ErrorKind::Auth,
+                format!(
+                    "{what}: the etcd member showed a TLS certificate this client does not trust ({why}): give the PEM file of the CA that signed the members' certificates as the CA option (or TINYSTORE_CA), and name members by a host or IP their certificates list"
+                ),
+            );
+        }
+        Some(TlsRefusal::Refused(alert)) => {
+            return Error::new(
+                ErrorKind::Auth,
+                format!(
+                    "{what}: the etcd member refused this client's TLS handshake ({alert}): it asks for a client certificate signed by its CA (--client-cert-auth); give this process's certificate and key as the etcd identity option (or TINYSTORE_ETCD_CERT and TINYSTORE_ETCD_KEY)"
+                ),
+            );
+        }
+        None => {}
+    }
     let kind = match &e {
         // etcd says a wrong password with InvalidArgument.
         E::GRpcStatus(s) if s.message().contains("authentication failed") || s.message().contains("user name is empty") || s.message().contains("invalid auth token") => ErrorKind::Auth,
@@ -232,7 +286,20 @@ impl Etcd {
             made: AtomicBool::new(false),
             opened: std::time::Instant::now(),
         });
-        etcd.init().await?;
+        if let Err(e) = etcd.init().await {
+            // A member that requires client certificates closes a TLS 1.3
+            // connection without one only after the handshake: no alert says why.
+            if address.tls && opts.identity.is_none() && e.kind() == ErrorKind::Unavailable {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "{}; if the members ask for client certificates (--client-cert-auth), give this process's certificate and key as the etcd identity option (or TINYSTORE_ETCD_CERT and TINYSTORE_ETCD_KEY)",
+                        e.message()
+                    ),
+                ));
+            }
+            return Err(e);
+        }
         Ok(etcd)
     }
 
@@ -284,6 +351,19 @@ impl Etcd {
     /// every fence after is larger than every fence before, also after a
     /// restore from a snapshot took etcd's revisions back. Gives (old, new).
     pub(crate) async fn bump_epoch(&self) -> Result<(u64, u64)> {
+        self.raise_epoch(|old| Some((old + 1).max(now_ms()))).await
+    }
+
+    /// Raises the epoch above `floor` (an epoch of the same store on one
+    /// machine) to max(floor + 1, milliseconds since 1970), unless it is
+    /// above already. Gives (old, new); new == old when it was above.
+    pub(crate) async fn raise_epoch_above(&self, floor: u64) -> Result<(u64, u64)> {
+        self.raise_epoch(|old| (old <= floor).then(|| (floor + 1).max(now_ms()))).await
+    }
+
+    /// Writes `next(old)` as the epoch, if it gives one, in a transaction
+    /// that fails and is made again when another process wrote it meanwhile.
+    async fn raise_epoch(&self, next: impl Fn(u64) -> Option<u64>) -> Result<(u64, u64)> {
         loop {
             let key = self.epoch_key();
             let mut r = bounded(self.timeout, "reading the store's epoch", || async { self.client.kv_client().get(key.clone(), None).await }).await?;
@@ -292,7 +372,10 @@ impl Etcd {
                 Some(kv) => (parse_epoch(kv.value())?, kv.mod_revision()),
                 None => (0, 0),
             };
-            let new = (old + 1).max(now_ms());
+            let Some(new) = next(old) else {
+                self.saw_epoch(old);
+                return Ok((old, old));
+            };
             let cmp = if rev == 0 { Compare::create_revision(key.clone(), CompareOp::Equal, 0) } else { Compare::mod_revision(key.clone(), CompareOp::Equal, rev) };
             let t = Txn::new().when([cmp]).and_then([TxnOp::put(key, new.to_string(), None)]);
             if self.txn("raising the store's epoch", t).await?.succeeded() {
@@ -504,6 +587,10 @@ where
 /// True for an error that says no member took the call (or it may be
 /// made again): down, unreachable, between leaders.
 fn retryable(e: &etcd_client::Error) -> bool {
+    if tls_refusal(e).is_some() {
+        // Refused by TLS: the same again would be refused again.
+        return false;
+    }
     match e {
         etcd_client::Error::GRpcStatus(s) => matches!(s.code(), tonic::Code::Unavailable),
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
