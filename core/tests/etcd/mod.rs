@@ -250,6 +250,58 @@ impl Cluster {
     pub fn data_dir(&self, i: usize) -> PathBuf {
         self.dir.path().join(&self.members[i].name)
     }
+
+    /// `etcdctl snapshot save` of member `i` (it must be up) into `path`;
+    /// panics with etcdctl's output when it fails.
+    pub fn save_snapshot(&self, i: usize, path: &std::path::Path) {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut cmd = Command::new("etcdctl");
+        if let Some(p) = &self.tls {
+            cmd.arg("--cacert").arg(&p.ca).arg("--cert").arg(&p.client_cert).arg("--key").arg(&p.client_key);
+        }
+        // `snapshot save` takes exactly one endpoint.
+        let out = cmd
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={scheme}://127.0.0.1:{}", self.members[i].client_port))
+            .args(["snapshot", "save"])
+            .arg(path)
+            .output()
+            .expect("run etcdctl");
+        assert!(out.status.success(), "etcdctl snapshot save: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Stops every member (kill -9), replaces each one's data directory by
+    /// a fresh one made with `etcdctl snapshot restore` of `snapshot`
+    /// (same names, peer URLs and token, so the same members), starts them
+    /// and waits (up to 20 s) until every one answers. Panics with
+    /// etcdctl's output when a restore fails.
+    pub fn restore_all(&mut self, snapshot: &std::path::Path) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+        let initial = self.initial_cluster();
+        for i in 0..self.members.len() {
+            let data = self.data_dir(i);
+            // `snapshot restore` refuses a data directory that exists.
+            std::fs::remove_dir_all(&data).expect("remove a member's old data directory");
+            let m = &self.members[i];
+            let out = Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["snapshot", "restore"])
+                .arg(snapshot)
+                .args(["--name", &m.name, "--initial-cluster", &initial, "--initial-cluster-token", &self.token])
+                .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{}", m.peer_port)])
+                .arg("--data-dir")
+                .arg(&data)
+                .output()
+                .expect("run etcdctl");
+            assert!(out.status.success(), "etcdctl snapshot restore for {}: {}{}", m.name, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        }
+        for i in 0..self.members.len() {
+            self.spawn(i);
+        }
+        self.wait_healthy(Duration::from_secs(20));
+    }
 }
 
 impl Drop for Cluster {
