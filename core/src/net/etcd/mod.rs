@@ -232,6 +232,9 @@ pub(crate) fn etcd_error(what: &str, e: etcd_client::Error) -> Error {
             tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => ErrorKind::Auth,
             tonic::Code::InvalidArgument | tonic::Code::OutOfRange => ErrorKind::Invalid,
             tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Aborted | tonic::Code::Cancelled => ErrorKind::Unavailable,
+            // A connection cut under a call (a broken pipe, a member that
+            // closed it after the handshake) comes as Unknown "transport error".
+            tonic::Code::Unknown if s.message().contains("transport error") => ErrorKind::Unavailable,
             _ => ErrorKind::Protocol,
         },
         E::TransportError(_) | E::IoError(_) => ErrorKind::Unavailable,
@@ -273,7 +276,23 @@ impl Etcd {
             o = o.with_tls(t);
         }
         let endpoints: Vec<String> = address.endpoints.iter().map(|e| format!("{scheme}://{e}")).collect();
-        let client = bounded(opts.request_timeout, &format!("connecting to {address}"), || etcd_client::Client::connect(endpoints.clone(), Some(o.clone()))).await?;
+        let hint = |e: Error| {
+            // A member that requires client certificates closes a TLS 1.3
+            // connection without one only after the handshake: no alert says
+            // why, and where it fails (connect or first call) varies.
+            if address.tls && opts.identity.is_none() && !matches!(e.kind(), ErrorKind::Auth | ErrorKind::Invalid) && !e.message().contains("client certificate") {
+                Error::new(
+                    e.kind(),
+                    format!(
+                        "{}; if the members ask for client certificates (--client-cert-auth), give this process's certificate and key as the etcd identity option (or TINYSTORE_ETCD_CERT and TINYSTORE_ETCD_KEY)",
+                        e.message()
+                    ),
+                )
+            } else {
+                e
+            }
+        };
+        let client = bounded(opts.request_timeout, &format!("connecting to {address}"), || etcd_client::Client::connect(endpoints.clone(), Some(o.clone()))).await.map_err(&hint)?;
         let etcd = Arc::new(Etcd {
             client,
             address: address.clone(),
@@ -286,20 +305,7 @@ impl Etcd {
             made: AtomicBool::new(false),
             opened: std::time::Instant::now(),
         });
-        if let Err(e) = etcd.init().await {
-            // A member that requires client certificates closes a TLS 1.3
-            // connection without one only after the handshake: no alert says why.
-            if address.tls && opts.identity.is_none() && e.kind() == ErrorKind::Unavailable {
-                return Err(Error::new(
-                    ErrorKind::Unavailable,
-                    format!(
-                        "{}; if the members ask for client certificates (--client-cert-auth), give this process's certificate and key as the etcd identity option (or TINYSTORE_ETCD_CERT and TINYSTORE_ETCD_KEY)",
-                        e.message()
-                    ),
-                ));
-            }
-            return Err(e);
-        }
+        etcd.init().await.map_err(&hint)?;
         Ok(etcd)
     }
 
