@@ -64,7 +64,10 @@ class _Hold(Generic[L]):
         self, et: Optional[Type[BaseException]], e: Optional[BaseException], tb: Optional[TracebackType]
     ) -> bool:
         if self._lease is not None:
-            await release(self._lease, et, self._watch)
+            r = end_of_block(self._lease, et)
+            # Owned, the key is let go at once; only a connected end waits.
+            if isinstance(r, _aio.Pending):
+                await _aio.call(r, self._watch)
             self._lease = None
         return False
 
@@ -96,19 +99,21 @@ class _TryHold(Generic[L]):
         self, et: Optional[Type[BaseException]], e: Optional[BaseException], tb: Optional[TracebackType]
     ) -> bool:
         if self._lease is not None:
-            await release(self._lease, et, self._watch)
+            r = end_of_block(self._lease, et)
+            # Owned, the key is let go at once; only a connected end waits.
+            if isinstance(r, _aio.Pending):
+                await _aio.call(r, self._watch)
             self._lease = None
         return False
 
 
-async def release(
-    native_lease: _native.NativeLease, et: Optional[Type[BaseException]], watch: Optional[_aio.LoopWatch]
-) -> None:
-    """Ends the hold when a block ends, and returns once the store let the
-    key go (LOCK-01): the core raises ``LostError`` for a lease lost while
-    the block ran, unless the block raised its own error, which then reaches
-    the caller unchanged (LOCK-04)."""
-    await _aio.result_of(native_lease.end(et is not None), watch)
+def end_of_block(native_lease: _native.NativeLease, et: Optional[Type[BaseException]]) -> "Union[None, _aio.Pending[None]]":
+    """Ends the hold when a block ends; awaited, the result returns once the
+    store let the key go (LOCK-01): ``None`` at once (owned), else a
+    ``Pending``. The core raises ``LostError`` for a lease lost while the
+    block ran, unless the block raised its own error, which then reaches the
+    caller unchanged (LOCK-04)."""
+    return native_lease.end(et is not None)
 
 
 class _Handle:
