@@ -348,6 +348,34 @@ fn store_01_exclusive_owner_is_refused_until_the_first_closes_and_plain_open_con
     assert!(exclusive().unwrap().is_owner());
 }
 
+/// STORE-01: a process that closes its store owns it again at once, even
+/// while another of its threads starts child processes (a child shares the
+/// directory lock's file until it execs, so the lock outlives the close for
+/// a moment).
+#[test]
+fn store_01_a_closed_store_is_owned_again_at_once_while_children_are_spawned() {
+    let d = common::dir();
+    let stop = Arc::new(AtomicBool::new(false));
+    let spawner = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = std::process::Command::new("true").status();
+            }
+        })
+    };
+    let mut refused = Vec::new();
+    for _ in 0..300 {
+        match tinystore::Store::open_with(d.path(), tinystore::OpenOptions::new().exclusive()) {
+            Ok(s) => s.close(),
+            Err(e) => refused.push(e.to_string()),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    spawner.join().unwrap();
+    assert!(refused.is_empty(), "{} of 300 opens refused, first: {}", refused.len(), refused[0]);
+}
+
 #[test]
 fn lock_01_barrier_start_many_keys_independent() {
     let (store, _d) = common::store();

@@ -20,7 +20,29 @@ pub(crate) fn absolute(dir: &Path) -> Result<PathBuf> {
     std::path::absolute(dir).map_err(|e| Error::io(&format!("could not resolve {}", dir.display()), e))
 }
 
-pub(crate) fn take_dir_lock(dir: &Path) -> Result<File> {
+/// `owner.lock` held by this process; unlocked when dropped.
+pub(crate) struct DirLock {
+    _file: File,
+    dir: PathBuf,
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        LOCKED_HERE.lock().retain(|d| d != &self.dir);
+    }
+}
+
+/// The directories whose `owner.lock` this process holds.
+static LOCKED_HERE: parking_lot::Mutex<Vec<PathBuf>> = parking_lot::Mutex::new(Vec::new());
+
+/// How long a lock that names this process, but that it does not hold, is
+/// tried again: a child process started by another thread shares the lock's
+/// file from fork to exec, so a lock this process just let go can stay
+/// taken for that moment.
+const SHARED_WITH_A_CHILD_FOR: Duration = Duration::from_secs(1);
+
+pub(crate) fn take_dir_lock(dir: &Path) -> Result<DirLock> {
+    let dir = absolute(dir)?;
     let path = dir.join("owner.lock");
     let mut f = std::fs::OpenOptions::new()
         .create(true)
@@ -29,23 +51,32 @@ pub(crate) fn take_dir_lock(dir: &Path) -> Result<File> {
         .write(true)
         .open(&path)
         .map_err(|e| Error::io(&format!("could not open {}", path.display()), e))?;
-    match f.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let pid = std::fs::read_to_string(&path).unwrap_or_default();
-            return Err(Error::new(
-                ErrorKind::Owned,
-                format!(
-                    "the store {} is owned by another process (pid {}): connect to it, or stop that process first",
-                    dir.display(),
-                    pid.trim()
-                ),
-            ));
+    let me = std::process::id().to_string();
+    let deadline = std::time::Instant::now() + SHARED_WITH_A_CHILD_FOR;
+    loop {
+        match f.try_lock() {
+            Ok(()) => break,
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let pid = std::fs::read_to_string(&path).unwrap_or_default();
+                let pid = pid.trim();
+                if pid == me && !LOCKED_HERE.lock().contains(&dir) && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                return Err(Error::new(
+                    ErrorKind::Owned,
+                    format!(
+                        "the store {} is owned by another process (pid {pid}): connect to it, or stop that process first",
+                        dir.display()
+                    ),
+                ));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&format!("could not lock {}", path.display()), e)),
         }
-        Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&format!("could not lock {}", path.display()), e)),
     }
-    f.set_len(0).and_then(|_| f.write_all(std::process::id().to_string().as_bytes())).map_err(|e| Error::io("could not write owner.lock", e))?;
-    Ok(f)
+    f.set_len(0).and_then(|_| f.write_all(me.as_bytes())).map_err(|e| Error::io("could not write owner.lock", e))?;
+    LOCKED_HERE.lock().push(dir.clone());
+    Ok(DirLock { _file: f, dir })
 }
 
 /// Writes and returns this open's epoch: `max(now_ms, previous + 1)`, synced

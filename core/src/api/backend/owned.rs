@@ -1,7 +1,6 @@
 //! The owned backend: this process owns the store directory, keeps its
 //! channels and locks in its [`Engine`], and serves it to other processes.
 
-use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -19,21 +18,21 @@ use crate::engine::channels::{Event, LocalSubscription, Resume, Scope};
 use crate::engine::locks::{Holder, Kind, LeaseShared, LocalLease, Table, Terms};
 use crate::engine::tickets::Held;
 use crate::net::client::LoopReader;
-use crate::net::files::{Listener, record_listener, socket_path};
+use crate::net::files::{DirLock, Listener, record_listener, socket_path};
 use crate::net::server::Server;
 use crate::net::wire::Address;
 
 pub(crate) struct Owned {
     engine: Arc<Engine>,
     dir: std::path::PathBuf,
-    dir_lock: Mutex<Option<File>>,
+    dir_lock: Mutex<Option<DirLock>>,
     servers: Mutex<Vec<Arc<Server>>>,
 }
 
 impl Owned {
     /// The backend of a store this process owns: `dir_lock` is its
     /// `owner.lock`, held until the store closes.
-    pub(crate) fn new(engine: Arc<Engine>, dir: &Path, dir_lock: File) -> Owned {
+    pub(crate) fn new(engine: Arc<Engine>, dir: &Path, dir_lock: DirLock) -> Owned {
         Owned { engine, dir: dir.to_path_buf(), dir_lock: Mutex::new(Some(dir_lock)), servers: Mutex::new(Vec::new()) }
     }
 }
