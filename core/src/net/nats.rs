@@ -34,6 +34,15 @@ const STREAM_BYTES: i64 = 64 << 20;
 const SEQ_HEADER: &str = "Tinystore-Seq";
 /// The header with the stream sequence of the branch's message before it.
 const PREV_HEADER: &str = "Tinystore-Prev";
+/// The header of a batch: how many messages its payload holds (each a
+/// 4-byte little-endian length, then its bytes), with the branch
+/// sequences `Tinystore-Seq`, +1, ... A message alone has no such header.
+const COUNT_HEADER: &str = "Tinystore-Count";
+/// Publishes of one branch that queued while the one before was in flight
+/// go as one JetStream message, up to this many of them...
+const BATCH_MESSAGES: usize = 256;
+/// ...and this many bytes of payload (a larger message goes alone).
+const BATCH_BYTES: usize = 256 << 10;
 /// How long an idle ordered consumer's pull waits: a dead server is noticed
 /// after two missed heartbeats of half of this.
 const PULL_EXPIRES: Duration = Duration::from_secs(2);
@@ -407,12 +416,51 @@ impl Jet {
     async fn branch_task(self: Arc<Self>, channel: String, subject: String, mut rx: tokio::sync::mpsc::UnboundedReceiver<Job>) {
         // (stream sequence, branch sequence) of the branch's newest message.
         let mut last: Option<(u64, u64)> = None;
-        while let Some(job) = rx.recv().await {
-            let r = match &job.data {
-                Some(d) => self.publish_one(&channel, &subject, &mut last, d).await,
-                None => Ok(()),
+        // A job taken from the queue that did not fit the batch before.
+        let mut next: Option<Job> = None;
+        let mut batch: Vec<Job> = Vec::new();
+        loop {
+            let Some(job) = (match next.take() {
+                Some(j) => Some(j),
+                None => rx.recv().await,
+            }) else {
+                return;
             };
-            job.finish.finish(r);
+            let Some(first) = &job.data else {
+                job.finish.finish(Ok(()));
+                continue;
+            };
+            // What queued while the publish before was in flight goes in one
+            // message: one round trip to the stream's replicas for all.
+            let mut bytes = first.len();
+            batch.push(job);
+            while batch.len() < BATCH_MESSAGES {
+                let Ok(j) = rx.try_recv() else { break };
+                match &j.data {
+                    Some(d) if bytes + d.len() <= BATCH_BYTES => {
+                        bytes += d.len();
+                        batch.push(j);
+                    }
+                    _ => {
+                        next = Some(j);
+                        break;
+                    }
+                }
+            }
+            let r = if batch.len() == 1 {
+                self.publish_one(&channel, &subject, &mut last, bytes_of(batch[0].data.as_deref().unwrap_or_default()), 1).await
+            } else {
+                let mut payload = Vec::with_capacity(bytes + 4 * batch.len());
+                for j in &batch {
+                    let d = j.data.as_deref().unwrap_or_default();
+                    payload.extend_from_slice(&(d.len() as u32).to_le_bytes());
+                    payload.extend_from_slice(d);
+                }
+                self.publish_one(&channel, &subject, &mut last, payload.into(), batch.len() as u64).await
+            };
+            for j in batch.drain(..) {
+                j.finish.finish(r.clone());
+            }
         }
     }
 
@@ -431,12 +479,13 @@ impl Jet {
         }
     }
 
-    async fn publish_one(&self, channel: &str, subject: &str, last: &mut Option<(u64, u64)>, data: &[u8]) -> Result<()> {
+    /// Publishes one JetStream message of `count` messages of the branch
+    /// (`count` > 1: a batch, `payload` framed as [`COUNT_HEADER`] says).
+    async fn publish_one(&self, channel: &str, subject: &str, last: &mut Option<(u64, u64)>, payload: bytes::Bytes, count: u64) -> Result<()> {
         let s = self.stream(channel).await?;
         let new_id = || format!("{:016x}-{}", self.process, self.next_id.fetch_add(1, Ordering::Relaxed));
         let mut id = new_id();
         let end = Instant::now() + self.timeout;
-        let payload = bytes_of(data);
         let mut why = String::new();
         loop {
             if Instant::now() >= end {
@@ -456,12 +505,15 @@ impl Jet {
                     }
                 },
             };
-            let msg = jetstream::message::PublishMessage::build()
+            let mut msg = jetstream::message::PublishMessage::build()
                 .payload(payload.clone())
                 .message_id(&id)
                 .expected_last_subject_sequence(seq)
                 .header(SEQ_HEADER, (b + 1).to_string().as_str())
                 .header(PREV_HEADER, seq.to_string().as_str());
+            if count > 1 {
+                msg = msg.header(COUNT_HEADER, count.to_string().as_str());
+            }
             let sent = match self.js.send_publish(subject.to_owned(), msg).await {
                 Ok(ack) => ack.await,
                 Err(e) => Err(e),
@@ -478,7 +530,7 @@ impl Jet {
                     id = new_id();
                 }
                 Ok(ack) => {
-                    *last = Some((ack.sequence, b + 1));
+                    *last = Some((ack.sequence, b + count));
                     return Ok(());
                 }
                 Err(e) => match e.kind() {
@@ -649,8 +701,13 @@ impl Jet {
                 let (subject, kept) = x.map_err(|e| bad(&e))?;
                 if let Some(b) = self.names.branch_of(&channel, &subject) {
                     let newest = last_of(&s, &subject).await.map(|(_, b)| b).unwrap_or(0);
+                    // Messages, not JetStream messages (a batch holds several).
+                    let oldest = s.get_first_raw_message_by_subject(&subject, 1).await.ok().and_then(|m| header_u64(&m.headers, SEQ_HEADER));
                     let r = rows.entry(b).or_default();
-                    r.kept = kept;
+                    r.kept = match oldest {
+                        Some(o) if o >= 1 && newest >= o => (newest - o + 1) as usize,
+                        _ => kept,
+                    };
                     r.newest = newest;
                 }
             }
@@ -706,7 +763,7 @@ fn bytes_of(data: &[u8]) -> bytes::Bytes {
 /// sequence, branch sequence), (0, 0) when it has none.
 async fn last_of(s: &stream::Stream, subject: &str) -> std::result::Result<(u64, u64), String> {
     match s.get_last_raw_message_by_subject(subject).await {
-        Ok(m) => Ok((m.sequence, header_u64(&m.headers, SEQ_HEADER).unwrap_or(0))),
+        Ok(m) => Ok((m.sequence, header_u64(&m.headers, SEQ_HEADER).map_or(0, |b| b + header_u64(&m.headers, COUNT_HEADER).unwrap_or(1) - 1))),
         Err(e) if matches!(e.kind(), stream::LastRawMessageErrorKind::NoMessageFound) => Ok((0, 0)),
         Err(e) => Err(e.to_string()),
     }
@@ -913,6 +970,8 @@ impl Reader {
         let headers = m.headers.as_ref();
         let b = headers.and_then(|h| header_u64(h, SEQ_HEADER))?;
         let prev = headers.and_then(|h| header_u64(h, PREV_HEADER)).unwrap_or(0);
+        let count = headers.and_then(|h| header_u64(h, COUNT_HEADER)).unwrap_or(1);
+        let datas = if count > 1 { unbatch(&m.payload, count)? } else { vec![m.payload.to_vec().into_boxed_slice()] };
         let subject = m.subject.as_str();
         let branch = self.names.branch_of(&self.channel, subject)?;
         let gap = match self.seen.get(subject) {
@@ -932,19 +991,40 @@ impl Reader {
                 _ => None,
             },
         };
-        let b_newest = self.seen.get(subject).map_or(b, |&(l, _)| l.max(b));
+        let b_last = b + count - 1;
+        let b_newest = self.seen.get(subject).map_or(b_last, |&(l, _)| l.max(b_last));
         self.seen.insert(subject.to_owned(), (b_newest, seq));
         let now = self.reconnects.load(Ordering::Acquire);
         let reason = if now != self.seen_reconnects || self.remade { MissedReason::Reconnect } else { MissedReason::Behind };
         self.seen_reconnects = now;
         self.remade = false;
-        let mut out = Vec::with_capacity(2);
+        let mut out = Vec::with_capacity(datas.len() + 1);
         if gap != Some(0) {
             out.push(Event::Missed(Missed { count: gap, reason }));
         }
-        out.push(Event::Message(Arc::new(Msg { branch: branch.into(), seq: b, data: m.payload.to_vec().into_boxed_slice() })));
+        let branch: Arc<[Key]> = branch.into();
+        for (i, data) in datas.into_iter().enumerate() {
+            out.push(Event::Message(Arc::new(Msg { branch: branch.clone(), seq: b + i as u64, data })));
+        }
         Some(out)
     }
+}
+
+/// The `count` messages of a batch's payload (see [`COUNT_HEADER`]); None
+/// when it is not one (not written by this store: skipped).
+fn unbatch(payload: &[u8], count: u64) -> Option<Vec<Box<[u8]>>> {
+    let mut out = Vec::with_capacity(count.min(BATCH_MESSAGES as u64) as usize);
+    let mut rest = payload;
+    for _ in 0..count {
+        let (len, tail) = rest.split_first_chunk::<4>()?;
+        let len = u32::from_le_bytes(*len) as usize;
+        if tail.len() < len {
+            return None;
+        }
+        out.push(tail[..len].into());
+        rest = &tail[len..];
+    }
+    rest.is_empty().then_some(out)
 }
 
 /// A subscription on NATS, read by pulling as the engine's.
@@ -1022,5 +1102,20 @@ mod tests {
         assert_eq!(n.subject("chat", &[Key::from(7)]), n.subject("chat", &[Key::from("7")]), "7 and \"7\" are one key (CHAN-06)");
         assert_ne!(n.subject("chat", &[Key::from("a"), Key::from("b")]), n.subject("chat", &[Key::from("a.b")]));
         assert_eq!(n.stream("chat_x"), "ts-team_2Fapp-chat_5Fx");
+    }
+
+    #[test]
+    fn a_batch_gives_back_its_messages_and_anything_else_is_not_one() {
+        let msgs: [&[u8]; 3] = [b"{}", b"", b"[1,2]"];
+        let mut p = Vec::new();
+        for m in msgs {
+            p.extend_from_slice(&(m.len() as u32).to_le_bytes());
+            p.extend_from_slice(m);
+        }
+        let back = unbatch(&p, 3).unwrap();
+        assert_eq!(back.iter().map(|b| &b[..]).collect::<Vec<_>>(), msgs);
+        assert!(unbatch(&p, 2).is_none(), "bytes left over");
+        assert!(unbatch(&p, 4).is_none(), "too few");
+        assert!(unbatch(&p[..p.len() - 1], 3).is_none(), "cut short");
     }
 }

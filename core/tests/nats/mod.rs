@@ -152,6 +152,26 @@ impl Nats {
         self.wait_healthy(i, Duration::from_secs(30));
     }
 
+    /// The JetStream messages the stream `name` holds, from the monitoring
+    /// endpoint (`/jsz`) of the first node that is up.
+    pub fn stream_messages(&self, name: &str) -> u64 {
+        let i = (0..self.nodes.len()).find(|&i| self.is_up(i)).expect("a node up");
+        let mut s = TcpStream::connect(("127.0.0.1", self.nodes[i].http_port)).expect("the monitoring port");
+        s.write_all(b"GET /jsz?streams=true HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        let body = &out[out.find("\r\n\r\n").expect("an HTTP answer") + 4..];
+        let v: serde_json::Value = serde_json::from_str(body).expect("/jsz answers JSON");
+        v["account_details"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|a| a["stream_detail"].as_array().into_iter().flatten())
+            .find(|d| d["name"] == name)
+            .and_then(|d| d["state"]["messages"].as_u64())
+            .unwrap_or_else(|| panic!("no stream {name} in /jsz: {body}"))
+    }
+
     pub fn is_up(&self, i: usize) -> bool {
         self.nodes[i].child.is_some()
     }
