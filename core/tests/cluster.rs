@@ -699,3 +699,25 @@ fn lock_02_cluster_init_from_a_one_machine_store_makes_fences_larger_than_all_of
     assert_eq!(e.kind(), ErrorKind::Invalid, "{e}");
     assert!(e.message().contains("no kv.db"), "{e}");
 }
+
+/// STORE-01: an app that opens a directory runs unchanged on a cluster
+/// store when given its address: `open(address)` connects to the cluster
+/// (a lock held through one is seen held through the other), and an
+/// exclusive open of a cluster address says why it cannot be.
+#[test]
+fn store_01_cluster_open_of_a_cluster_address_connects_to_the_cluster_store() {
+    let c = Cluster::shared();
+    let opened = Store::open(c.address("open01")).expect("open of an etcd:// address");
+    assert!(!std::path::Path::new("etcd:").exists(), "no directory made for the address");
+    let other = connect(&c, "open01");
+    let lock = opened.lock("l").ttl(Duration::from_secs(5)).open().unwrap();
+    let other_lock = other.lock("l").open().unwrap();
+    lock.hold("k", |_| -> tinystore::Result<()> {
+        assert!(other_lock.try_hold("k", |_| -> tinystore::Result<()> { Ok(()) })?.is_none(), "held through open, free through connect");
+        Ok(())
+    })
+    .unwrap();
+    let e = Store::open_with(c.address("open01"), tinystore::OpenOptions::default().exclusive()).err().expect("an exclusive open of a cluster store");
+    assert_eq!(e.kind(), ErrorKind::Invalid);
+    assert!(e.message().contains("cluster store"), "{}", e.message());
+}

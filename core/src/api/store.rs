@@ -224,6 +224,11 @@ impl Store {
     /// Opens (creating it if needed) the store directory `dir`: owns it if
     /// no live process does, else connects to its owner (STORE-01).
     ///
+    /// A cluster store's address (`etcd://...` or `etcds://...`, see
+    /// [`connect`](Store::connect)) given as `dir` is connected to, with the
+    /// connect options' defaults from the environment: so an app that opens
+    /// a directory runs unchanged on a cluster store when given its address.
+    ///
     /// Errors: `owned` with [`OpenOptions::exclusive`] when another process
     /// owns the directory, `io` when the directory cannot be made, locked or
     /// reached, `sql` when `kv.db` is unreadable.
@@ -234,6 +239,12 @@ impl Store {
     /// Like [`open`](Store::open), with options.
     pub fn open_with(dir: impl AsRef<Path>, opts: OpenOptions) -> Result<Store> {
         let dir = dir.as_ref();
+        if let Some(address) = dir.to_str().filter(|d| EtcdAddress::is_etcd(d)) {
+            if opts.exclusive {
+                return Err(Error::invalid(format!("{address} is a cluster store: nobody owns it, so it cannot be opened exclusively; open it without `exclusive`")));
+            }
+            return Store::connect_cluster(address, ConnectOptions::default());
+        }
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             match Store::open_owned(dir, &opts) {
