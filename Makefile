@@ -8,7 +8,7 @@ SHELL := /bin/bash
 export CARGO_TERM_COLOR := never
 export GOTOOLCHAIN := local
 
-.PHONY: test test-rust clippy test-python test-node test-go test-chat test-packaging demo dist etcd-deps
+.PHONY: test test-rust clippy test-python test-node test-go test-chat test-packaging demo demo-cluster dist etcd-deps
 
 test: etcd-deps test-rust clippy test-python test-node test-go test-chat test-packaging
 
@@ -56,3 +56,8 @@ dist: etcd-deps
 # The chat app on chatterbot-corpus, with its report (examples/chat/README.md).
 demo: etcd-deps
 	$(MAKE) -C examples/chat demo
+
+# The same chat app on a cluster store (etcd and NATS JetStream, three of
+# each, started on loopback ports and stopped by the demo; docs/cluster.md).
+demo-cluster: etcd-deps
+	$(MAKE) -C examples/chat demo-cluster

@@ -27,6 +27,8 @@ func init() {
 // the epoch of its fences in dir/kv.db, SQL databases in dir/<name>.db,
 // and it serves the store to other processes on dir/tinystore.sock. If
 // another process owns it, Open connects to that one instead (STORE-01).
+// A cluster store's address ("etcd://...", docs/cluster.md) given as dir
+// is connected to, with [Connect]'s defaults from the environment.
 //
 // ctx bounds the wait: if it ends first (an owner that does not answer),
 // Open returns ctx.Err() and closes the store it was opening once that

@@ -22,7 +22,9 @@ export interface DatabaseOptions {
  * owns it, this one does: it keeps channels and locks in its memory and
  * serves the store to other processes on `dir/tinystore.sock`. If another
  * process owns it, this connects to that one instead (the same API), and
- * takes the store over if the owner goes away.
+ * takes the store over if the owner goes away. A cluster store's address
+ * (`etcd://...`, docs/cluster.md) given as `dir` is connected to, with
+ * {@link connect}'s defaults from the environment.
  *
  * @param dir - The store directory, like `'data'`.
  * @throws {@link IoError} when the directory cannot be made, locked or

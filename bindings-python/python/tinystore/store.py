@@ -204,7 +204,9 @@ def open(dir: Union[str, "os.PathLike[str]"]) -> Opening:
     and locks in memory, writes the store's epoch to ``dir/kv.db`` and serves
     the store to other processes on ``dir/tinystore.sock``. If another process
     owns it, this connects to that one instead (the same API), and takes the
-    store over if the owner goes away. Raises ``IoError`` when the directory
+    store over if the owner goes away. A cluster store's address
+    (``etcd://...``, docs/cluster.md) given as ``dir`` is connected to, with
+    :func:`connect`'s defaults from the environment. Raises ``IoError`` when the directory
     cannot be made, locked or reached, ``SqlError`` when its ``kv.db`` is
     unreadable. Runs off the event loop.
     """

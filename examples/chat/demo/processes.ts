@@ -123,7 +123,7 @@ export class Supervisor extends EventEmitter {
 
 	constructor(readonly dir: string, logFile: string) {
 		super()
-		mkdirSync(dir, { recursive: true })
+		if (!dir.includes('://')) mkdirSync(dir, { recursive: true }) // else a cluster store's address
 		this.log = createWriteStream(logFile, { flags: 'a' })
 	}
 

@@ -7,7 +7,16 @@
 // nothing saved was lost and that every tab shows the whole chat, prints
 // what happened and stops everything.
 //
-//   node dist/demo/run.js [--store data] [--web 4] [--users 12] [--limit 120] [--ttl 3s]
+//   node dist/demo/run.js [--store data] [--web 4] [--users 12] [--limit 120] [--ttl 3s] [--cluster]
+//
+// With --cluster (`make demo-cluster`) the same processes, unchanged, are
+// given a cluster store's address instead of a directory: a 3-member etcd
+// cluster and a 3-node NATS JetStream cluster started here (demo/cluster.ts);
+// their SQL database is a file on this machine (data-cluster/). Nobody owns
+// a cluster store, so the faults are the servers': a kill -9 of a NATS
+// server at a quarter of the replay and of etcd's leader at three quarters
+// (each started again), the reply worker at half, the frozen summary worker
+// as above.
 //
 // The faults: at a quarter of the replay the process that owns the store is
 // killed (SIGKILL), at half the reply worker, at three quarters whichever
@@ -21,6 +30,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { parseArgs, promisify } from 'node:util'
 
 import type { Chat, ChatMessage } from '../web/chat.js'
+import { Cluster } from './cluster.js'
 import { appDir, kinds, Supervisor, type Proc, type ProcEvent } from './processes.js'
 import { api, newChat, say, Tab } from './tab.js'
 
@@ -32,9 +42,10 @@ const { values: opts } = parseArgs({
 		limit: { type: 'string', default: '120' },
 		ttl: { type: 'string', default: '3s' },
 		port: { type: 'string', default: '8101' },
+		cluster: { type: 'boolean', default: false },
 	},
 })
-const dir = resolve(appDir, opts.store)
+const cluster = opts.cluster ? new Cluster() : undefined
 const webCount = Number(opts.web)
 const ports = Array.from({ length: webCount }, (_, i) => Number(opts.port) + i)
 const ttlMs = Number.parseFloat(opts.ttl) * (opts.ttl.endsWith('ms') ? 1 : 1000)
@@ -60,10 +71,21 @@ async function corpus(): Promise<Source[]> {
 
 // ---- start -----------------------------------------------------------------
 
-rmSync(dir, { recursive: true, force: true })
-const sup = new Supervisor(dir, resolve(appDir, 'demo.log'))
+let dir = resolve(appDir, opts.store)
+if (cluster) {
+	// The SQL database of a cluster store is a file on this machine.
+	const sqlDir = resolve(appDir, 'data-cluster')
+	rmSync(sqlDir, { recursive: true, force: true })
+	process.env.TINYSTORE_CLUSTER_SQL_DIR = sqlDir
+	await cluster.start()
+	dir = cluster.address(`chat-demo-${Date.now()}`)
+	console.log(`tinystore chat demo on a cluster store: ${dir}\n  (etcd ${cluster.etcd.length} members, NATS ${cluster.nats.length} servers, data in ${cluster.dir}; the SQL database in data-cluster/), logs in demo.log`)
+} else {
+	rmSync(dir, { recursive: true, force: true })
+	console.log(`tinystore chat demo: a fresh store in ${opts.store}/, logs in demo.log`)
+}
 rmSync(resolve(appDir, 'demo.log'), { force: true })
-console.log(`tinystore chat demo: a fresh store in ${opts.store}/, logs in demo.log`)
+const sup = new Supervisor(dir, resolve(appDir, 'demo.log'))
 const sources = (await corpus()).sort((a, b) => b.lines.length - a.lines.length || a.source.localeCompare(b.source))
 const totalLines = sources.reduce((s, c) => s + c.lines.length, 0)
 
@@ -71,10 +93,10 @@ for (const [i, port] of ports.entries()) await sup.start(kinds.web(i + 1, port))
 const reply = await sup.start(kinds.reply())
 const summaryEnv = { SUMMARY_TTL: opts.ttl, MODEL_LATENCY: '1s' }
 const summarizers = [await sup.start(kinds.summary(1, summaryEnv)), await sup.start(kinds.summary(2, summaryEnv))]
-const firstOwner = await sup.owner()
+const firstOwner = cluster ? undefined : await sup.owner()
 console.log(
 	`started: ${sup.procs.map(p => `${p.name} (pid ${p.pid})`).join(', ')}; ` +
-		`${firstOwner?.name ?? 'nobody'} owns the store, the others connected to it`,
+		(cluster ? 'each connected to the cluster store' : `${firstOwner?.name ?? 'nobody'} owns the store, the others connected to it`),
 )
 console.log(`replaying chatterbot-corpus: ${sources.length} chats, ${n(totalLines)} lines, ${opts.users} users at once, two tabs each`)
 
@@ -92,15 +114,31 @@ sup.on('failed', (proc: Proc, err: Error) => log.push(`${secs()}  ${proc.name} f
 
 async function kill(victim: Proc | undefined, why: string) {
 	if (!victim) return
-	const owner = await sup.owner().catch(() => undefined)
+	const owner = cluster ? undefined : await sup.owner().catch(() => undefined)
 	const restarted = new Promise<void>(ok => sup.on('restarted', p => p === victim && ok()))
 	const open = new Map(tabs.map(t => [t, t.reloads])) // the tabs open now, and their reloads so far
 	const t = Date.now()
 	log.push(`${secs()}  killed ${victim.name} (pid ${victim.pid}, SIGKILL)${owner === victim ? ', the owner of the store' : ''}: ${why}`)
 	victim.signal('SIGKILL')
 	await restarted
-	const after = await sup.owner().catch(() => undefined)
-	log.push(`         ${victim.name} back after ${((Date.now() - t) / 1000).toFixed(1)} s; ${after?.name ?? '?'} owns the store`)
+	const after = cluster ? undefined : await sup.owner().catch(() => undefined)
+	log.push(`         ${victim.name} back after ${((Date.now() - t) / 1000).toFixed(1)} s${cluster ? '' : `; ${after?.name ?? '?'} owns the store`}`)
+	await sleep(3000)
+	const reloaded = [...open].filter(([t, before]) => t.reloads > before).length
+	if (reloaded > 0) log.push(`         ${reloaded} of the ${open.size} open tabs reloaded in the 3 s after`)
+}
+
+// On a cluster store: a kill -9 of one of its servers, started again.
+async function killServer(which: 'nats' | 'etcd', why: string) {
+	const victim = which === 'nats' ? cluster!.nats[0]! : await cluster!.etcdLeader().catch(() => undefined)
+	if (!victim) {
+		log.push(`${secs()}  found no etcd leader to kill: ${why}`)
+		return
+	}
+	const open = new Map(tabs.map(t => [t, t.reloads]))
+	log.push(`${secs()}  killed ${victim.name} (pid ${victim.child?.pid}, SIGKILL)${which === 'etcd' ? ", etcd's leader" : ', a NATS server'}: ${why}`)
+	const took = await cluster!.kill9AndRestart(victim)
+	log.push(`         ${victim.name} back after ${(took / 1000).toFixed(1)} s${which === 'etcd' ? `; ${(await cluster!.etcdLeader().catch(() => undefined))?.name ?? '?'} leads` : ''}`)
 	await sleep(3000)
 	const reloaded = [...open].filter(([t, before]) => t.reloads > before).length
 	if (reloaded > 0) log.push(`         ${reloaded} of the ${open.size} open tabs reloaded in the 3 s after`)
@@ -110,7 +148,7 @@ let froze = false
 sup.on('event', async (proc: Proc, ev: ProcEvent) => {
 	if (froze || ev.event !== 'summarizing' || !summarizers.includes(proc)) return
 	froze = true
-	if ((await sup.owner().catch(() => proc)) === proc || summaryEvents.some(e => e.pid === ev.pid && e.chat === ev.chat && e.event !== 'summarizing')) {
+	if ((cluster ? undefined : await sup.owner().catch(() => proc)) === proc || summaryEvents.some(e => e.pid === ev.pid && e.chat === ev.chat && e.event !== 'summarizing')) {
 		froze = false // it owns the store (freezing it freezes everyone), or it was done already: the next one
 		return
 	}
@@ -170,9 +208,9 @@ async function user(s: Source, k: number) {
 			if (posted < p * totalLines) continue
 			progress.delete(p)
 			console.log(`${secs()}  ${Math.round(p * 100)}% of the lines posted`)
-			if (p === 0.25) faults.push(kill(await sup.owner().catch(() => undefined), 'a quarter of the replay'))
+			if (p === 0.25) faults.push(cluster ? killServer('nats', 'a quarter of the replay') : kill(await sup.owner().catch(() => undefined), 'a quarter of the replay'))
 			if (p === 0.5) faults.push(kill(reply, 'half of the replay'))
-			if (p === 0.75) faults.push(kill(await sup.owner().catch(() => undefined), 'three quarters of the replay'))
+			if (p === 0.75) faults.push(cluster ? killServer('etcd', 'three quarters of the replay') : kill(await sup.owner().catch(() => undefined), 'three quarters of the replay'))
 		}
 	}
 }
@@ -260,6 +298,7 @@ function chunk(items: string[], perLine: number): string {
 
 for (const t of tabs) t.close()
 await sup.stopAll()
+await cluster?.stop()
 const codes = sup.procs.map(p => `${p.name} ${p.child.exitCode ?? p.child.signalCode}`)
 console.log(`Stopped    ${codes.join(', ')}`)
 const ok = lost.length === 0 && answeredOnce && inSync === tabs.length && chats.every(c => c.messages <= 100 || c.summary !== null)
