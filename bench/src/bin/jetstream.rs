@@ -238,12 +238,35 @@ async fn ordered(p: &Plain, subject: &str) -> consumer::pull::Ordered {
 }
 
 fn plain_one_at_a_time(p: &Plain, run: u64) -> Row {
+    // JS_PLAIN_HEADERS=1: each publish also carries what tinystore's does
+    // (a message id, the expected last subject sequence, two headers), to
+    // tell the servers' share of the difference from the client's.
+    // JS_PLAIN_HEADERS=id or =expect carries only the message id or only
+    // the expected sequence.
+    let headers = std::env::var("JS_PLAIN_HEADERS").unwrap_or_default();
+    let (with_id, with_expect) = (headers == "1" || headers == "id", headers == "1" || headers == "expect");
     runtime::block_on(async {
         let subject = format!("plain.one-{run}");
         let mut msgs = ordered(p, &subject).await;
         let t = Instant::now();
+        let mut last = 0u64;
         for i in 0..ONE_AT_A_TIME {
-            p.js.publish(subject.clone(), payload(i).into_vec().into()).await.unwrap().await.unwrap();
+            if with_id || with_expect {
+                let id = format!("{run}-{i}");
+                let mut m = jetstream::message::PublishMessage::build()
+                    .payload(payload(i).into_vec().into())
+                    .header("Tinystore-Seq", (i + 1).to_string().as_str())
+                    .header("Tinystore-Prev", last.to_string().as_str());
+                if with_id {
+                    m = m.message_id(id.as_str());
+                }
+                if with_expect {
+                    m = m.expected_last_subject_sequence(last);
+                }
+                last = p.js.send_publish(subject.clone(), m).await.unwrap().await.unwrap().sequence;
+            } else {
+                p.js.publish(subject.clone(), payload(i).into_vec().into()).await.unwrap().await.unwrap();
+            }
             msgs.next().await.unwrap().unwrap();
         }
         Row { rate: ONE_AT_A_TIME as f64 / t.elapsed().as_secs_f64(), missed: 0 }

@@ -125,6 +125,10 @@ export class Supervisor extends EventEmitter {
 		super()
 		if (!dir.includes('://')) mkdirSync(dir, { recursive: true }) // else a cluster store's address
 		this.log = createWriteStream(logFile, { flags: 'a' })
+		// Also when the demo dies half way: none of its processes outlives it.
+		process.on('exit', () => {
+			for (const p of this.procs) if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill('SIGKILL')
+		})
 	}
 
 	async start(spec: Spec): Promise<Proc> {
