@@ -107,6 +107,8 @@ for (const mode of CHAN_MODES) {
       assert.equal(delivered.length + misses[0]!.count!, last + 1)
       assert.deepEqual(delivered.slice(at), [...Array(last + 1 - next.value.n).keys()].map((i) => i + next.value.n), 'then every message from the oldest still in the log')
       assert.deepEqual(next.missed, misses[0])
+      // Owned only: on a cluster store one run in two was told 36, not 37
+      // (one more message kept than the queue's 1,024; still counted exactly).
       if (mode === 'owned') {
         assert.deepEqual(log[1], { count: N, reason: 'behind' })
         assert.equal(next.value.n, N + 1)

@@ -210,12 +210,9 @@ def nats_cluster() -> Any:
 CLUSTER_TIMEOUT = 30.0
 
 # CHAN-03 on NATS (the outbox) comes in another change: until it is merged,
-# a cluster store refuses a transaction that publishes, and the bindings'
-# CHAN-03 tests run on the cluster kind only when this is set to 1.
-# CHAN-03 tests (a transaction that publishes) are marked `cluster_tx` too.
+# a cluster store refuses a transaction that publishes, so the CHAN-03 tests
+# (marked `cluster_tx` too) run on the cluster kind only when this is set to 1.
 CLUSTER_TX = os.environ.get("TINYSTORE_TEST_CLUSTER_TX") == "1"
-
-
 
 
 def pytest_generate_tests(metafunc: Any) -> None:
