@@ -64,8 +64,9 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 //     [CAFile], and [EtcdIdentity] where the members ask for client
 //     certificates): a cluster store, its locks, semaphores and fences in
 //     an etcd cluster under /PREFIX/; etcd's user and password in
-//     [EtcdUser]. Its channels are not there yet; its SQL databases are
-//     files on this machine. See docs/cluster.md.
+//     [EtcdUser]. Its channels are on NATS JetStream when the address
+//     names NATS servers ("etcd://.../PREFIX?nats=nats://HOST:PORT,...");
+//     its SQL databases are files on this machine. See docs/cluster.md.
 //
 // The options ([Token], [CAFile], [RequestTimeout], [EtcdUser],
 // [EtcdIdentity]) override the

@@ -3,14 +3,14 @@ import { describe, it } from 'node:test'
 
 import { InvalidError, LimitError, type Message, type Missed } from 'tinystore'
 
-import { blockLoop, gate, makeStore, MODES, sleep, suiteStores, until } from './helpers'
+import { blockLoop, CHAN_MODES, gate, makeStore, sleep, suiteStores, until } from './helpers'
 
 interface Ev {
   n: number
   task?: number
 }
 
-for (const mode of MODES) {
+for (const mode of CHAN_MODES) {
   describe(`channels (${mode})`, () => {
     const store = suiteStores(mode)
 
@@ -80,8 +80,20 @@ for (const mode of MODES) {
       await first.promise
       // The handler is stuck; publishing never waits for it.
       const started = Date.now()
-      for (let n = 1; n <= 1024 + N; n++) await ch.under(7).publish({ n })
-      assert.ok(Date.now() - started < 2000, 'publishing did not wait for the stuck subscriber')
+      let behind = 0
+      for (let n = 1; n <= 1024 + N; n++) {
+        if (n === 1024) behind = Date.now() // from here the subscriber's queue is full
+        await ch.under(7).publish({ n })
+      }
+      if (mode === 'cluster') {
+        // A publish waits for the stream's replicas (docs/cluster.md, "Publish
+        // latency"): no bound of one machine, but no slower once it is behind.
+        const keepingUp = (behind - started) / 1023
+        const fallingBehind = (Date.now() - behind) / (N + 1)
+        assert.ok(fallingBehind < 2 * keepingUp + 2, `${fallingBehind} ms a publish behind, ${keepingUp} before`)
+      } else {
+        assert.ok(Date.now() - started < 2000, 'publishing did not wait for the stuck subscriber')
+      }
       release.open()
       const last = 1024 + N
       await until(() => (log.at(-1) as Message<Ev> | undefined)?.value?.n === last, 5000, 'the last message')
@@ -95,6 +107,8 @@ for (const mode of MODES) {
       assert.equal(delivered.length + misses[0]!.count!, last + 1)
       assert.deepEqual(delivered.slice(at), [...Array(last + 1 - next.value.n).keys()].map((i) => i + next.value.n), 'then every message from the oldest still in the log')
       assert.deepEqual(next.missed, misses[0])
+      // Owned only: on a cluster store one run in two was told 36, not 37
+      // (one more message kept than the queue's 1,024; still counted exactly).
       if (mode === 'owned') {
         assert.deepEqual(log[1], { count: N, reason: 'behind' })
         assert.equal(next.value.n, N + 1)

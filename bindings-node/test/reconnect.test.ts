@@ -9,7 +9,7 @@ import { describe, it } from 'node:test'
 
 import { ClosedError, connect, type Missed, UnavailableError } from 'tinystore'
 
-import { sleep, tempDir, until } from './helpers'
+import { CHAN_MODES, CLUSTER_TIMEOUT, etcdCluster, sleep, startNats, tempDir, until } from './helpers'
 
 // An owner in another process; resolves once it serves the store.
 async function owner(dir: string): Promise<ChildProcess> {
@@ -132,5 +132,32 @@ describe('STORE-02 reconnect waits', () => {
       await b?.close()
       await kill9(current)
     }
+  })
+})
+
+describe('CHAN-04 reconnect on a cluster store', { skip: !CHAN_MODES.includes('cluster') && 'TINYSTORE_TEST_MODES leaves the cluster out' }, () => {
+  it('CHAN-04 after a kill -9 of the subscriber\'s NATS server, the subscription resumes from the last it got, told nothing missed', async () => {
+    // A cluster store has no owner to restart: its reconnect is to another
+    // NATS server. The subscriber knows only node 0 (it learns the others
+    // from it), the publisher nodes 1 and 2; the stream keeps every message
+    // of the branch (fewer than 1,024), so nothing is missed.
+    const [etcd, nats] = await Promise.all([etcdCluster(), startNats()])
+    const address = etcd.address(`node${process.pid}-chan04kill`)
+    const sub = await connect(`${address}?nats=${nats.urls([0])}`, { requestTimeout: CLUSTER_TIMEOUT })
+    const pub = await connect(`${address}?nats=${nats.urls([1, 2])}`, { requestTimeout: CLUSTER_TIMEOUT })
+    const got: Array<number | Missed> = []
+    const s = await sub.channel<number>('c').under(1).subscribe((m) => void got.push(m.value), { onMissed: (m) => void got.push(m) })
+    const branch = pub.channel<number>('c').under(1)
+    for (let i = 0; i < 50; i++) await branch.publish(i)
+    await until(() => got.length === 50, 10_000, 'the first 50')
+    nats.kill(0)
+    for (let i = 50; i < 100; i++) await branch.publish(i)
+    await until(() => got.length >= 100, 60_000, 'the 50 published after the kill')
+    await sleep(300)
+    assert.deepEqual(got, [...Array(100).keys()], 'in order, nothing twice, nothing missed')
+    await s.stop()
+    await pub.close()
+    await sub.close()
+    nats.stop()
   })
 })

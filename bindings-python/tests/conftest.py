@@ -5,15 +5,19 @@ of MODES: "owned" opens the directory in this process; "connected" opens the
 owner here too, then tests a second handle made by
 `tinystore.connect("unix:<dir>/tinystore.sock")`, which reaches the store
 over its socket like any other process would. Tests marked
-`@pytest.mark.cluster` (the lock and fence contracts) run a third time,
-"cluster": `tinystore.connect("etcd://.../<prefix>")` on a real 3-member etcd
-cluster (Debian's etcd) that the first such test starts on free loopback
-ports in a temporary directory, stopped by PID at the end of the session.
+`@pytest.mark.cluster` (the lock, fence and channel contracts) run a third
+time, "cluster": `tinystore.connect("etcd://.../<prefix>?nats=nats://...")`
+on a real 3-member etcd cluster (Debian's etcd) and a real 3-node NATS
+cluster with JetStream (Debian's nats-server), which the first such test
+starts on free loopback ports in temporary directories, stopped by PID at
+the end of the session. Each test has a prefix of its own, so its streams
+are its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -22,6 +26,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Optional
 
@@ -134,6 +139,82 @@ def etcd_cluster() -> Any:
     c.stop()
 
 
+class NatsCluster:
+    """3 nats-server nodes with JetStream (Debian's nats-server), clustered
+    on free loopback ports, each node's config and JetStream directory in a
+    temporary directory (the streams are memory streams); `stop` kills each
+    by PID. As core/tests/nats/mod.rs: `max_payload: 2MB` (a message of
+    1 MiB and its headers is over the default 1 MiB), and a memory store
+    large enough for the many streams of a session (each reserves its
+    max_bytes, 64 MiB, on every node; nothing is used until written)."""
+
+    def __init__(self) -> None:
+        if shutil.which("nats-server") is None:
+            raise RuntimeError("nats-server is missing: install Debian's nats-server (`apt-get install nats-server`; `make test` does)")
+        self.dir = Path(tempfile.mkdtemp(prefix="tinystore-nats-py"))
+        self.ports = [(_free_port(), _free_port(), _free_port()) for _ in range(3)]  # client, route, monitoring
+        routes = ", ".join(f"nats-route://127.0.0.1:{r}" for _, r, _ in self.ports)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        for i, (c, r, h) in enumerate(self.ports):
+            conf = self.dir / f"n{i}.conf"
+            conf.write_text(
+                f"server_name: n{i}\nlisten: 127.0.0.1:{c}\nhttp: 127.0.0.1:{h}\nmax_payload: 2MB\n"
+                f"jetstream {{ store_dir: {json.dumps(str(self.dir / f'n{i}'))}, max_memory_store: 64GB, max_file_store: 16MB }}\n"
+                f"cluster {{ name: tinystore, listen: 127.0.0.1:{r}, routes: [{routes}] }}\n"
+            )
+            log = open(self.dir / f"n{i}.log", "wb")
+            self.procs.append(subprocess.Popen(["nats-server", "-c", str(conf)], stdout=log, stderr=log, stdin=subprocess.DEVNULL))
+        deadline = time.monotonic() + 30
+        for _, _, h in self.ports:  # /healthz is ok once JetStream has a meta leader
+            while not self._healthy(h):
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"nats-server did not become healthy within 30 s; logs in {self.dir}")
+                time.sleep(0.1)
+
+    @staticmethod
+    def _healthy(port: int) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def urls(self, which: tuple[int, ...] = (0, 1, 2)) -> str:
+        """`nats://127.0.0.1:PORT,...` of the nodes `which`."""
+        return ",".join(f"nats://127.0.0.1:{self.ports[i][0]}" for i in which)
+
+    def kill(self, i: int) -> None:
+        """kill -9 of node `i` (its replicas of the memory streams are gone)."""
+        if self.procs[i].poll() is None:
+            os.kill(self.procs[i].pid, signal.SIGKILL)
+        self.procs[i].wait()
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def nats_cluster() -> Any:
+    c = NatsCluster()
+    yield c
+    c.stop()
+
+
+# The cluster's stores wait longer for a stream's first leader than the
+# default 10 s: on 2 cores beside 6 servers one was seen to take longer.
+CLUSTER_TIMEOUT = 30.0
+
+# CHAN-03 on NATS (the outbox) comes in another change: until it is merged,
+# a cluster store refuses a transaction that publishes, so the CHAN-03 tests
+# (marked `cluster_tx` too) run on the cluster kind only when this is set to 1.
+CLUSTER_TX = os.environ.get("TINYSTORE_TEST_CLUSTER_TX") == "1"
+
+
 def pytest_generate_tests(metafunc: Any) -> None:
     """Every test of `stores` runs owned and connected; a test marked
     `cluster` also on a cluster store."""
@@ -146,10 +227,12 @@ class Stores:
     """Opens stores of one mode in one directory (cluster: under one key
     prefix, SQL databases in the directory); closes them all at the end."""
 
-    def __init__(self, mode: str, dir: Path, cluster: Optional[EtcdCluster] = None, prefix: str = "") -> None:
+    def __init__(self, mode: str, dir: Path, cluster: Optional[EtcdCluster] = None, prefix: str = "",
+                 nats: Optional[NatsCluster] = None) -> None:
         self.mode = mode
         self.dir = dir
         self.cluster = cluster
+        self.nats = nats
         self.prefix = prefix
         self.opened: list[tinystore.Store] = []
         self.owner: Optional[tinystore.Store] = None
@@ -159,7 +242,7 @@ class Stores:
         if self.cluster is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
             os.environ["TINYSTORE_CLUSTER_SQL_DIR"] = str(self.dir)
-            self.owner = await tinystore.connect(self.cluster.address(self.prefix))
+            self.owner = await tinystore.connect(self.address(), request_timeout=CLUSTER_TIMEOUT)
             self.opened.append(self.owner)
             return self.owner
         self.owner = await tinystore.open(self.dir)
@@ -169,6 +252,12 @@ class Stores:
         store = await tinystore.connect(f"unix:{self.dir / 'tinystore.sock'}")
         self.opened.append(store)
         return store
+
+    def address(self, prefix: Optional[str] = None) -> str:
+        """Cluster: the store's address, its channels on the NATS cluster
+        (`prefix`: another store's, on the same servers)."""
+        assert self.cluster is not None and self.nats is not None
+        return f"{self.cluster.address(prefix or self.prefix)}?nats={self.nats.urls()}"
 
     def forwarded(self) -> bool:
         """Connected: true once the owner has handed every subscription all it
@@ -189,8 +278,13 @@ _prefixes = iter(range(1, 1 << 30))
 @pytest.fixture
 async def stores(request: Any, tmp_path: Path) -> AsyncIterator[Stores]:
     if request.param == "cluster":
-        prefix = f"py{os.getpid()}-{next(_prefixes)}-{re.sub('[^a-z0-9]+', '-', request.node.name.lower())[:60]}"
-        s = Stores("cluster", tmp_path / "store", request.getfixturevalue("etcd_cluster"), prefix)
+        if request.node.get_closest_marker("cluster_tx") is not None and not CLUSTER_TX:
+            pytest.skip("CHAN-03 is not on NATS yet (docs/cluster.md): a cluster store rolls back a transaction "
+                        "that publishes; TINYSTORE_TEST_CLUSTER_TX=1 runs it")
+        # Short: a stream is named after it (ts-PREFIX-CHANNEL, `-` escaped as _2D).
+        prefix = f"py{os.getpid()}-{next(_prefixes)}-{re.sub('[^a-z0-9]+', '-', request.node.name.lower())[:40]}"
+        s = Stores("cluster", tmp_path / "store", request.getfixturevalue("etcd_cluster"), prefix,
+                   request.getfixturevalue("nats_cluster"))
     else:
         s = Stores(request.param, tmp_path / "store")
     yield s

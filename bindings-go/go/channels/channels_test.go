@@ -75,7 +75,7 @@ func watch(t testing.TB, b *channels.Branch[event], first ...func(n int)) <-chan
 }
 
 func TestChan01EveryMessageArrivesInPublishOrder(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		events := open[event](t, stores.Open(), "chat-events")
 		got, _ := collect(t, events.Under(7))
 		const n = 500
@@ -102,7 +102,7 @@ func TestChan01EveryMessageArrivesInPublishOrder(t *testing.T) {
 }
 
 func TestChan01ManyGoroutinesKeepEachOwnOrderOneHandlerCallAtATime(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		events := open[event](t, stores.Open(), "chat-events")
 		const writers, each = 8, 100
 		var inHandler, overlaps atomic.Int32
@@ -147,7 +147,7 @@ func TestChan01ManyGoroutinesKeepEachOwnOrderOneHandlerCallAtATime(t *testing.T)
 }
 
 func TestChan02SlowSubscriberIsToldExactlyWhatItMissedThenGoesOn(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		events := open[event](t, stores.Open(), "chat-events")
 		entered := make(chan struct{})
 		release := make(chan struct{})
@@ -214,7 +214,8 @@ func TestChan02SlowSubscriberIsToldExactlyWhatItMissedThenGoesOn(t *testing.T) {
 }
 
 func TestChan03TransactionDeliversAtCommitAndRollbackDrops(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
+		stores.SkipClusterTx(t)
 		store := stores.Open()
 		db, err := sqldb.Open(bg, store, "chat")
 		if err != nil {
@@ -304,7 +305,7 @@ func TestChan03TransactionDeliversAtCommitAndRollbackDrops(t *testing.T) {
 }
 
 func TestChan05StopMeansStopWhilePublishing(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		events := open[event](t, stores.Open(), "chat-events")
 		var stopped atomic.Bool
 		var late, calls atomic.Int64
@@ -355,7 +356,7 @@ func TestChan05StopMeansStopWhilePublishing(t *testing.T) {
 }
 
 func TestChan05StopFromInsideTheHandlerTwiceAndAfterClose(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		store := stores.Open()
 		events := open[event](t, store, "chat-events")
 		var calls atomic.Int32
@@ -413,7 +414,7 @@ func TestChan05StopFromInsideTheHandlerTwiceAndAfterClose(t *testing.T) {
 }
 
 func TestChan05SubscriptionEndsWithItsContext(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		events := open[event](t, stores.Open(), "chat-events")
 		ctx, cancel := context.WithCancel(bg)
 		handlerCtx := make(chan context.Context, 1)
@@ -437,7 +438,7 @@ func TestChan05SubscriptionEndsWithItsContext(t *testing.T) {
 }
 
 func TestChan06BranchesAreApartAndAnIntegerKeyIsItsDigits(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		events := open[event](t, stores.Open(), "chat-events")
 		seven, _ := collect(t, events.Under(7))
 		all, _ := collect(t, events.Under("chats"), channels.Recursive())
@@ -478,7 +479,7 @@ func TestChan06BranchesAreApartAndAnIntegerKeyIsItsDigits(t *testing.T) {
 }
 
 func TestChan07MessageOver1MiBIsRefusedAndNothingPublished(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		big := open[string](t, stores.Open(), "big")
 		got, _ := collect(t, big.Under(1))
 		// A JSON string is its text and two quotes.
@@ -501,7 +502,7 @@ func TestChan07MessageOver1MiBIsRefusedAndNothingPublished(t *testing.T) {
 }
 
 func TestNamesChannelNameAndKeysAreChecked(t *testing.T) {
-	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		store := stores.Open()
 		for _, bad := range []string{"", "Chat", "-a", "a b", strings.Repeat("a", 65)} {
 			_, err := channels.OpenChannel[event](store, bad)

@@ -13,29 +13,47 @@ import (
 	"tinystore.dev/tinystore/internal/testkit"
 )
 
-// closeDrainRounds: a fresh store each round, as the loss before the fix was a race.
-const closeDrainRounds = 5
+// closeDrainRounds: a fresh store each round, as the loss before the fix
+// was a race; clusterCloseDrainRounds on a cluster store, where a round
+// makes new streams (about 0.7 s a round here).
+const closeDrainRounds, clusterCloseDrainRounds = 5, 2
 
 // TestChan01CloseDrainsToOwnSubscription: closing is a drain (issue 17
 // part 4). Messages the store already took reach the closing handle's own
 // subscription within Close's bound (2 s), then it ends without an error;
-// owned and connected, published by the closing handle or by another handle
-// of the store (connected: the owner; owned: a client over its socket). Go
-// has the handler form only.
+// owned, connected and cluster, published by the closing handle or by
+// another handle of the store (connected: the owner; owned: a client over
+// its socket; cluster: another connection to the cluster store). Go has the
+// handler form only.
 func TestChan01CloseDrainsToOwnSubscription(t *testing.T) {
 	const n = 10
-	for _, kind := range testkit.Kinds {
+	for _, kind := range append(slices.Clone(testkit.Kinds), "cluster") {
 		for _, by := range []string{"self", "other"} {
 			t.Run(kind+"/"+by, func(t *testing.T) {
-				for range closeDrainRounds {
-					dir := testkit.Dir(t)
-					owner, err := tinystore.Open(bg, dir)
-					if err != nil {
-						t.Fatal(err)
-					}
-					client, err := tinystore.Connect(bg, "unix:"+filepath.Join(dir, "tinystore.sock"))
-					if err != nil {
-						t.Fatal(err)
+				rounds := closeDrainRounds
+				if kind == "cluster" {
+					rounds = clusterCloseDrainRounds
+				}
+				for range rounds {
+					var owner, client *tinystore.Store
+					var err error
+					if kind == "cluster" {
+						// Two connections to one cluster store, under a fresh prefix (fresh streams).
+						address := testkit.NewStores(t, "cluster").Address()
+						if owner, err = tinystore.Connect(bg, address, tinystore.RequestTimeout(testkit.ClusterTimeout)); err != nil {
+							t.Fatal(err)
+						}
+						if client, err = tinystore.Connect(bg, address, tinystore.RequestTimeout(testkit.ClusterTimeout)); err != nil {
+							t.Fatal(err)
+						}
+					} else {
+						dir := testkit.Dir(t)
+						if owner, err = tinystore.Open(bg, dir); err != nil {
+							t.Fatal(err)
+						}
+						if client, err = tinystore.Connect(bg, "unix:"+filepath.Join(dir, "tinystore.sock")); err != nil {
+							t.Fatal(err)
+						}
 					}
 					closing, other := owner, client
 					if kind == "connected" {

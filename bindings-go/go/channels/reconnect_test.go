@@ -3,6 +3,8 @@ package channels_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -90,5 +92,58 @@ func TestStore02AnUnreachableStoreFailsWithUnavailableWithinTheTimeout(t *testin
 	store.Close()
 	if err := events.Under(1).Publish(bg, event{N: 3}); !errors.Is(err, tinystore.ErrClosed) {
 		t.Fatalf("publish after close: %v, want ErrClosed", err)
+	}
+}
+
+// CHAN-04 on a cluster store: it has no owner to restart; its reconnect is
+// to another NATS server. The subscriber knows only node 0 (it learns the
+// others from it), the publisher nodes 1 and 2. After a kill -9 of node 0
+// the subscription resumes from the last message it got: the stream keeps
+// every message of the branch (fewer than 1,024), so it is told nothing
+// missed and gets every message once, in order.
+func TestChan04ClusterKill9OfTheSubscribersNatsServerResumesWithNothingMissed(t *testing.T) {
+	n := testkit.StartNats(t)
+	prefix := fmt.Sprintf("go%d-chan04kill", os.Getpid())
+	connect := func(which ...int) *tinystore.Store {
+		s, err := tinystore.Connect(bg, testkit.ClusterAddress(t, prefix, n, which...), tinystore.RequestTimeout(testkit.ClusterTimeout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	subStore, pubStore := connect(0), connect(1, 2)
+	got := make(chan seen, 256)
+	sub, err := open[event](t, subStore, "c").Under(1).Subscribe(bg, func(_ context.Context, m channels.Message[event]) error {
+		got <- seen{n: m.Value.N}
+		return nil
+	}, channels.OnMissed(func(m channels.Missed) { got <- seen{missed: &m} }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop(bg)
+	branch := open[event](t, pubStore, "c").Under(1)
+	next := 0
+	receive := func(upTo int, within time.Duration) {
+		for ; next < upTo; next++ {
+			if s := testkit.Receive(t, got, within, fmt.Sprintf("message %d", next)); s.missed != nil || s.n != next {
+				t.Fatalf("got %+v, want message %d: in order, nothing twice, nothing missed", s, next)
+			}
+		}
+	}
+	for i := range 100 {
+		if i == 50 {
+			receive(50, 10*time.Second)
+			n.Kill(0)
+		}
+		if err := branch.Publish(bg, event{N: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receive(100, 60*time.Second)
+	select {
+	case s := <-got:
+		t.Fatalf("after the last message: %+v", s)
+	case <-time.After(300 * time.Millisecond):
 	}
 }

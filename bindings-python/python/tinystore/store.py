@@ -237,8 +237,10 @@ def connect(
       semaphores and fences in etcd under ``/PREFIX/`` (``etcds://`` for
       TLS, with ``ca_file``, and ``etcd_cert``/``etcd_key`` when the members
       ask for client certificates); etcd's user and password in
-      ``etcd_user``/``etcd_password``. Its channels are not there yet; its
-      SQL databases are files on this machine (see docs/cluster.md).
+      ``etcd_user``/``etcd_password``. Its channels are on NATS JetStream
+      when the address names NATS servers
+      (``etcd://.../PREFIX?nats=nats://HOST:PORT,...``); its SQL databases
+      are files on this machine (see docs/cluster.md).
 
     Keyword arguments, each defaulting to the environment so that a
     deployment can set them without code:

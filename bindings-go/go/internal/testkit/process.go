@@ -24,6 +24,7 @@ func Main(m *testing.M, helpers map[string]func() int) {
 	RunHelper(helpers)
 	code := m.Run()
 	StopCluster()
+	StopNats()
 	os.Exit(code)
 }
 

@@ -1,8 +1,9 @@
 // Package testkit makes the stores the tests of this module run against.
 // Every contract test runs once per kind in Kinds: owned, and connected (a
-// second handle reaching the owner through its socket); the lock and fence
-// contracts run on a cluster store too (EachWithCluster), on a real
-// 3-member etcd cluster the first such test starts (Debian's etcd).
+// second handle reaching the owner through its socket); the lock, fence
+// and channel contracts run on a cluster store too (EachWithCluster), on a
+// real 3-member etcd cluster and a real 3-node NATS cluster with JetStream
+// the first such test starts (Debian's etcd and nats-server).
 package testkit
 
 import (
@@ -39,14 +40,10 @@ func (s *Stores) Open() *tinystore.Store {
 	s.t.Helper()
 	ctx := context.Background()
 	if s.Kind == "cluster" {
-		c := sharedCluster(s.t)
-		if s.prefix == "" {
-			s.prefix = fmt.Sprintf("go%d-%d", os.Getpid(), prefixes.Add(1))
-		}
 		os.Setenv("TINYSTORE_CLUSTER_SQL_DIR", s.Dir)
-		store, err := tinystore.Connect(ctx, c.Address(s.prefix))
+		store, err := tinystore.Connect(ctx, s.Address(), tinystore.RequestTimeout(ClusterTimeout))
 		if err != nil {
-			s.t.Fatalf("connect to the etcd cluster: %v", err)
+			s.t.Fatalf("connect to the cluster store: %v", err)
 		}
 		s.opened = append(s.opened, store)
 		return store
@@ -65,6 +62,38 @@ func (s *Stores) Open() *tinystore.Store {
 	}
 	s.opened = append(s.opened, store)
 	return store
+}
+
+// Address is, for a cluster kind, the address of its store:
+// etcd://.../PREFIX?nats=nats://... on the package's etcd and NATS
+// clusters (started on first use), under the test's own prefix, so its
+// streams are its own.
+func (s *Stores) Address() string {
+	s.t.Helper()
+	c, n := sharedCluster(s.t), sharedNats(s.t)
+	if s.prefix == "" {
+		s.prefix = fmt.Sprintf("go%d-%d", os.Getpid(), prefixes.Add(1))
+	}
+	return c.Address(s.prefix) + "?nats=" + n.URLs()
+}
+
+// ClusterTimeout is the request timeout of the tests' cluster stores: on 2
+// cores beside 6 servers a stream's first leader election was seen to take
+// longer than the default 10 s.
+const ClusterTimeout = 30 * time.Second
+
+// ClusterTx says whether the CHAN-03 tests run on a cluster store: CHAN-03
+// on NATS (the outbox) comes in another change, and until it is merged a
+// cluster store rolls back a transaction that publishes.
+var ClusterTx = os.Getenv("TINYSTORE_TEST_CLUSTER_TX") == "1"
+
+// SkipClusterTx skips a CHAN-03 test on a cluster store unless
+// TINYSTORE_TEST_CLUSTER_TX=1.
+func (s *Stores) SkipClusterTx(t testing.TB) {
+	t.Helper()
+	if s.Kind == "cluster" && !ClusterTx {
+		t.Skip("CHAN-03 is not on NATS yet (docs/cluster.md): a cluster store rolls back a transaction that publishes; TINYSTORE_TEST_CLUSTER_TX=1 runs it")
+	}
 }
 
 // Close closes every store Open gave, owners last: the store restarts at
@@ -91,7 +120,8 @@ func Each(t *testing.T, f func(t *testing.T, stores *Stores)) {
 	}
 }
 
-// EachWithCluster is Each, and once more on a cluster store (etcd://).
+// EachWithCluster is Each, and once more on a cluster store
+// (etcd://...?nats=...: its locks on etcd, its channels on NATS JetStream).
 func EachWithCluster(t *testing.T, f func(t *testing.T, stores *Stores)) {
 	Each(t, f)
 	t.Run("cluster", func(t *testing.T) { f(t, NewStores(t, "cluster")) })
