@@ -482,7 +482,7 @@ impl Tx {
         branch.iter().try_for_each(Key::check)?;
         check_message(&data)?;
         let w = self.w.as_ref().expect("a transaction has its writer until it ends");
-        if let Some(_outbox) = &w.db.outbox {
+        if w.db.outbox.is_some() {
             // In the transaction: a rollback drops it, a commit keeps it.
             let id = outbox::insert(self.conn(), channel, branch, &data)?;
             *self.outboxed.lock() = Some(id);
