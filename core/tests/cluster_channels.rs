@@ -692,14 +692,14 @@ fn rows_of(it: &mut tinystore::Messages<serde_json::Value>, ms: u64) -> Vec<i64>
 
 /// Runs `worker tx` on a cluster store until it stops (`mode`: between a
 /// commit and its publish, or after the publish before its outbox row is
-/// deleted), kills it with SIGKILL, and gives what arrived by then and
-/// the row it stopped at.
-fn kill_a_worker_at(c: &Cluster, n: &Nats, prefix: &str, sql: &std::path::Path, mode: &[&str]) -> (Store, tinystore::Messages<serde_json::Value>, Vec<i64>, i64) {
+/// deleted), kills it with SIGKILL, and gives what arrived by then, the
+/// row it stopped at, and this process's database, opened before the worker.
+type Killed = (Store, tinystore::Database, tinystore::Messages<serde_json::Value>, Vec<i64>, i64);
+fn kill_a_worker_at(c: &Cluster, n: &Nats, prefix: &str, sql: &std::path::Path, mode: &[&str]) -> Killed {
     use std::io::BufRead;
     let store = connect_sql(c, n, prefix, sql);
     let db = store.database("order").open().unwrap();
     db.exec("create table tx (id integer primary key, at integer)").unwrap();
-    drop(db);
     let mut it = store.channel::<serde_json::Value>("order").open().unwrap().under("all").messages().unwrap();
     let address = address(c, n, prefix);
     let mut args = vec!["tx", &address, "5", "3"];
@@ -711,7 +711,7 @@ fn kill_a_worker_at(c: &Cluster, n: &Nats, prefix: &str, sql: &std::path::Path, 
     assert_eq!(unsafe { libc::kill(w.id() as i32, libc::SIGKILL) }, 0);
     w.wait().unwrap();
     let before = rows_of(&mut it, 1000);
-    (store, it, before, stalled)
+    (store, db, it, before, stalled)
 }
 
 /// CHAN-03 on NATS across processes: a worker process killed (kill -9)
@@ -722,7 +722,7 @@ fn kill_a_worker_at(c: &Cluster, n: &Nats, prefix: &str, sql: &std::path::Path, 
 fn chan_03_cluster_a_process_killed_between_commit_and_publish_has_its_messages_published_once_at_the_next_open() {
     let (c, n) = shared();
     let sql = common::dir();
-    let (store, mut it, before, stalled) = kill_a_worker_at(&c, &n, "chan03kill", sql.path(), &[]);
+    let (store, _, mut it, before, stalled) = kill_a_worker_at(&c, &n, "chan03kill", sql.path(), &[]);
     assert_eq!(before, vec![1, 2], "the transactions before the one stopped");
     assert_eq!(stalled, 3);
     let t = Instant::now();
@@ -740,6 +740,23 @@ fn chan_03_cluster_a_process_killed_between_commit_and_publish_has_its_messages_
     assert!(took < Duration::from_secs(2), "at once: {took:?}");
 }
 
+/// CHAN-03 on NATS across processes: a worker killed between a commit and
+/// its publish, while this process has the database open: this process's
+/// next commit (which publishes nothing itself) publishes the message, once.
+#[test]
+fn chan_03_cluster_a_process_killed_between_commit_and_publish_has_its_messages_published_once_at_the_next_commit() {
+    let (c, n) = shared();
+    let sql = common::dir();
+    let (_store, db, mut it, before, stalled) = kill_a_worker_at(&c, &n, "chan03commit", sql.path(), &[]);
+    assert_eq!((before, stalled), (vec![1, 2], 3));
+    let t = Instant::now();
+    db.tx(|tx| tx.exec("insert into tx (at) values (1)").map(|_| ())).unwrap();
+    let took = t.elapsed();
+    assert_eq!(rows_of(&mut it, 1000), vec![3], "published once, by the commit");
+    assert_eq!(count(&db, "select count(*) as n from _tinystore_outbox"), 0);
+    eprintln!("chan_03 recovery: the killed process's message was in the stream when the next commit returned, {took:?} after it began");
+}
+
 /// CHAN-03 on NATS across processes: a worker killed after its message is
 /// in the stream but before its outbox row is deleted (the publish's
 /// acknowledgement lost with it): the next publisher, once the claim of
@@ -749,7 +766,7 @@ fn chan_03_cluster_a_process_killed_between_commit_and_publish_has_its_messages_
 fn chan_03_cluster_a_publish_sent_again_after_its_ack_was_lost_is_not_delivered_twice() {
     let (c, n) = shared();
     let sql = common::dir();
-    let (store, mut it, before, stalled) = kill_a_worker_at(&c, &n, "chan03twice", sql.path(), &["published"]);
+    let (store, _, mut it, before, stalled) = kill_a_worker_at(&c, &n, "chan03twice", sql.path(), &["published"]);
     assert_eq!(stalled, 3);
     assert_eq!(before, vec![1, 2, 3], "the stopped one's message got in before it died");
     let t = Instant::now();
