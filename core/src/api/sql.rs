@@ -503,6 +503,12 @@ impl Tx {
     /// `closed` or `timeout` saying the rows stand when its messages could
     /// not follow the commit (the owner went away, or they came later than
     /// `limits::TX_ORDER_BOUND` after the ticket).
+    ///
+    /// On a cluster store with NATS channels the messages are rows of the
+    /// database's outbox, committed with the transaction and published
+    /// after it, in outbox order (docs/cluster.md); when they could not be
+    /// published now, the error says the rows stand and the messages stay
+    /// in the outbox for the next commit or open of the database.
     pub fn commit(mut self) -> Result<()> {
         let w = self.w.take().expect("a transaction has its writer until it ends");
         if let Some(o) = w.db.outbox.clone() {
