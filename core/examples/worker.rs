@@ -12,7 +12,11 @@
 //!                                   (and the time) to order/all; with
 //!                                   stall_at, the stall_at-th stops for good
 //!                                   between its commit and its publish,
-//!                                   printing "stalled <rowid>" (CHAN-03)
+//!                                   printing "stalled <rowid>" (CHAN-03);
+//! worker tx <dir> <n> <stall_at> published
+//!                                   the same, stopping after its message is
+//!                                   in the stream, before the outbox row of
+//!                                   a cluster store is deleted
 
 use std::io::Write;
 use std::time::Duration;
@@ -101,10 +105,13 @@ fn main() {
         "tx" => {
             let n: u64 = args[3].parse().unwrap();
             let stall_at: u64 = args.get(4).map_or(0, |a| a.parse().unwrap());
+            let after_publish = args.get(5).is_some_and(|a| a == "published");
             let db = store.database("order").open().unwrap();
             let events = store.channel::<serde_json::Value>("order").open().unwrap();
             for i in 1..=n {
-                if i == stall_at {
+                if i == stall_at && after_publish {
+                    tinystore::sql::after_outbox_publish_hook(stall);
+                } else if i == stall_at {
                     tinystore::sql::after_commit_hook(stall);
                 }
                 db.tx(|tx| -> tinystore::Result<()> {

@@ -524,38 +524,266 @@ fn chan_04_nats_kill_9_of_the_subscribers_server_during_a_burst_keeps_order_and_
     assert_eq!(lens, logs.iter().map(|l| l.lock().unwrap().len()).collect::<Vec<_>>(), "nothing after stop()");
 }
 
-/// CHAN-03 is not on NATS yet: a transaction that publishes on a cluster
-/// store is rolled back with an error saying so (its rows are not left
-/// without their news); a publish after the commit works.
+#[derive(serde::Deserialize)]
+struct N {
+    n: i64,
+}
+
+fn count(db: &tinystore::Database, sql: &str) -> i64 {
+    db.query::<N>(sql).unwrap()[0].n
+}
+
+/// A cluster store with NATS channels whose SQL databases are in `sql`.
+fn connect_sql(c: &Cluster, n: &Nats, prefix: &str, sql: &std::path::Path) -> Store {
+    Store::connect_with(&address(c, n, prefix), tinystore::ConnectOptions::new().sql_dir(sql).request_timeout(TIMEOUT)).unwrap()
+}
+
+/// CHAN-03 on NATS: a transaction's messages are delivered only after its
+/// commit, in the order published, to a subscriber of another store; a
+/// reader woken by one sees the row it announces; the outbox is empty after.
 #[test]
-fn chan_03_nats_a_transaction_that_publishes_is_refused_and_rolled_back_for_now() {
+fn chan_03_nats_a_transactions_messages_arrive_after_its_commit_in_order_and_its_rows_are_seen() {
     let (c, n) = shared();
     let sql = common::dir();
-    let store = Store::connect_with(&address(&c, &n, "chan03"), tinystore::ConnectOptions::new().sql_dir(sql.path())).unwrap();
+    let (a, b) = (connect_sql(&c, &n, "chan03after", sql.path()), connect_sql(&c, &n, "chan03after", sql.path()));
+    let db = a.database("d").open().unwrap();
+    db.exec("create table t (id integer primary key, v text)").unwrap();
+    let reader_db = b.database("d").open().unwrap();
+    let events = a.channel::<i64>("c").open().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let rdb = reader_db.clone();
+    let sub = b
+        .channel::<i64>("c")
+        .open()
+        .unwrap()
+        .under(1)
+        .subscribe(move |m| {
+            // The row the message names is there when the message is.
+            let rows = count(&rdb, &format!("select count(*) as n from t where id = {}", m.value));
+            s.lock().unwrap().push((m.value, m.seq, rows));
+        })
+        .unwrap();
+    let ids = db
+        .tx(|tx| -> tinystore::Result<Vec<i64>> {
+            let mut ids = Vec::new();
+            for v in ["a", "b", "c"] {
+                let id = tx.exec(tinystore::sql!("insert into t (v) values (?)", v))?.last_insert_rowid;
+                tx.with(&events).under(1).publish(&id)?;
+                ids.push(id);
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            assert!(seen.lock().unwrap().is_empty(), "nothing is delivered before the commit");
+            Ok(ids)
+        })
+        .unwrap();
+    assert!(common::eventually(10_000, || seen.lock().unwrap().len() == 3), "{:?}", seen.lock().unwrap());
+    let got = seen.lock().unwrap().clone();
+    assert_eq!(got.iter().map(|x| x.0).collect::<Vec<_>>(), ids, "in the order published");
+    assert_eq!(got.iter().map(|x| x.1).collect::<Vec<_>>(), vec![1, 2, 3], "a dense branch sequence");
+    assert!(got.iter().all(|x| x.2 == 1), "each reader saw its row: {got:?}");
+    assert_eq!(count(&db, "select count(*) as n from _tinystore_outbox"), 0, "published rows leave the outbox");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(seen.lock().unwrap().len(), 3, "nothing twice");
+    sub.stop();
+}
+
+/// CHAN-03 on NATS: a rollback, an error of the transaction's function and
+/// a transaction dropped without commit drop its messages and its rows.
+#[test]
+fn chan_03_nats_a_rollback_or_an_error_in_the_transaction_drops_its_messages() {
+    let (c, n) = shared();
+    let sql = common::dir();
+    let store = connect_sql(&c, &n, "chan03rollback", sql.path());
     let db = store.database("d").open().unwrap();
-    db.exec(tinystore::sql!("create table t (id integer primary key, v text)")).unwrap();
+    db.exec("create table t (id integer primary key, v text)").unwrap();
     let events = store.channel::<u64>("c").open().unwrap();
     let mut it = events.under(1).messages().unwrap();
     let e = db
         .tx(|tx| -> tinystore::Result<()> {
             tx.exec(tinystore::sql!("insert into t (v) values (?)", "x"))?;
             tx.with(&events).under(1).publish(&1)?;
-            Ok(())
+            Err(tinystore::Error::new(tinystore::ErrorKind::Invalid, "the function failed"))
         })
         .unwrap_err();
-    assert_eq!(e.code(), "invalid", "{e}");
-    assert!(e.message().contains("rolled back") && e.message().contains("publish after the commit"), "{e}");
-    #[derive(serde::Deserialize)]
-    struct N {
-        n: i64,
+    assert_eq!(e.message(), "the function failed");
+    let tx = db.begin().unwrap();
+    tx.exec("insert into t (v) values ('y')").unwrap();
+    tx.with(&events).under(1).publish(&2).unwrap();
+    tx.rollback().unwrap();
+    {
+        let tx = db.begin().unwrap();
+        tx.with(&events).under(1).publish(&3).unwrap();
     }
-    let rows: Vec<N> = db.query(tinystore::sql!("select count(*) as n from t")).unwrap();
-    assert_eq!(rows[0].n, 0, "rolled back");
-    events.under(1).publish(&2).unwrap();
-    match next(&mut it, 5000) {
-        Some(Delivery::Message(m)) => assert_eq!(m.value, 2),
+    assert_eq!(count(&db, "select count(*) as n from t"), 0, "rolled back");
+    assert_eq!(count(&db, "select count(*) as n from _tinystore_outbox"), 0, "nothing left to publish");
+    db.tx(|tx| tx.with(&events).under(1).publish(&4)).unwrap();
+    match next(&mut it, 10_000) {
+        Some(Delivery::Message(m)) => assert_eq!((m.value, m.seq), (4, 1), "the first message of the branch is the committed one"),
         other => panic!("{other:?}"),
     }
+    assert!(next(&mut it, 300).is_none());
+}
+
+/// CHAN-03 on NATS: transactions of two stores (two connections to the
+/// database, as two processes) on threads at once: the messages arrive in
+/// commit order (the order of their rows), each once, with a dense branch
+/// sequence.
+#[test]
+fn chan_03_nats_transactions_of_several_writers_arrive_in_commit_order() {
+    let (c, n) = shared();
+    let sql = common::dir();
+    let stores = [connect_sql(&c, &n, "chan03order", sql.path()), connect_sql(&c, &n, "chan03order", sql.path())];
+    let db0 = stores[0].database("d").open().unwrap();
+    db0.exec("create table t (id integer primary key, w integer)").unwrap();
+    let mut it = stores[0].channel::<u64>("c").open().unwrap().under("all").messages().unwrap();
+    let per = 40;
+    let threads: Vec<_> = (0..4)
+        .map(|w| {
+            let s = stores[w % 2].clone();
+            std::thread::spawn(move || {
+                let db = s.database("d").open().unwrap();
+                let events = s.channel::<u64>("c").open().unwrap();
+                for _ in 0..per {
+                    db.tx(|tx| -> tinystore::Result<()> {
+                        let id = tx.exec(tinystore::sql!("insert into t (w) values (?)", w as i64))?.last_insert_rowid;
+                        tx.with(&events).under("all").publish(&(id as u64))
+                    })
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    let mut got = Vec::new();
+    for k in 0..4 * per {
+        match next(&mut it, 10_000) {
+            Some(Delivery::Message(m)) => got.push((m.value, m.seq)),
+            other => panic!("message {k}: {other:?}"),
+        }
+    }
+    let rows: Vec<i64> = got.iter().map(|x| x.0 as i64).collect();
+    assert_eq!(rows, (1..=4 * per as i64).collect::<Vec<_>>(), "commit order");
+    assert!(got.windows(2).all(|w| w[1].1 == w[0].1 + 1), "dense");
+    assert!(next(&mut it, 300).is_none(), "nothing twice");
+}
+
+fn worker(args: &[&str], sql_dir: &std::path::Path) -> std::process::Child {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_tinystore")).parent().unwrap().join("examples/worker");
+    std::process::Command::new(bin)
+        .args(args)
+        .env("TINYSTORE_CLUSTER_SQL_DIR", sql_dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the worker example: run the whole `cargo test -p tinystore`, which builds examples")
+}
+
+/// The rows the worker's messages (`{"row": N, ...}` on order/all) name.
+fn rows_of(it: &mut tinystore::Messages<serde_json::Value>, ms: u64) -> Vec<i64> {
+    let mut out = Vec::new();
+    while let Some(d) = it.next_timeout(Duration::from_millis(ms)).unwrap() {
+        match d {
+            Delivery::Message(m) => out.push(m.value["row"].as_i64().unwrap()),
+            Delivery::Missed(m) => panic!("missed {m:?}"),
+        }
+    }
+    out
+}
+
+/// Runs `worker tx` on a cluster store until it stops (`mode`: between a
+/// commit and its publish, or after the publish before its outbox row is
+/// deleted), kills it with SIGKILL, and gives what arrived by then, the
+/// row it stopped at, and this process's database, opened before the worker.
+type Killed = (Store, tinystore::Database, tinystore::Messages<serde_json::Value>, Vec<i64>, i64);
+fn kill_a_worker_at(c: &Cluster, n: &Nats, prefix: &str, sql: &std::path::Path, mode: &[&str]) -> Killed {
+    use std::io::BufRead;
+    let store = connect_sql(c, n, prefix, sql);
+    let db = store.database("order").open().unwrap();
+    db.exec("create table tx (id integer primary key, at integer)").unwrap();
+    let mut it = store.channel::<serde_json::Value>("order").open().unwrap().under("all").messages().unwrap();
+    let address = address(c, n, prefix);
+    let mut args = vec!["tx", &address, "5", "3"];
+    args.extend_from_slice(mode);
+    let mut w = worker(&args, sql);
+    let mut line = String::new();
+    std::io::BufReader::new(w.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let stalled: i64 = line.trim().strip_prefix("stalled ").unwrap_or_else(|| panic!("the worker said {line:?}")).parse().unwrap();
+    assert_eq!(unsafe { libc::kill(w.id() as i32, libc::SIGKILL) }, 0);
+    w.wait().unwrap();
+    let before = rows_of(&mut it, 1000);
+    (store, db, it, before, stalled)
+}
+
+/// CHAN-03 on NATS across processes: a worker process killed (kill -9)
+/// between a transaction's commit and its publish: its row stands, its
+/// message is not out; when another process of the store opens the
+/// database, the message is published, once, at once.
+#[test]
+fn chan_03_cluster_a_process_killed_between_commit_and_publish_has_its_messages_published_once_at_the_next_open() {
+    let (c, n) = shared();
+    let sql = common::dir();
+    let (store, _, mut it, before, stalled) = kill_a_worker_at(&c, &n, "chan03kill", sql.path(), &[]);
+    assert_eq!(before, vec![1, 2], "the transactions before the one stopped");
+    assert_eq!(stalled, 3);
+    let t = Instant::now();
+    let db = store.database("order").open().unwrap();
+    let mut after = Vec::new();
+    while after.is_empty() && t.elapsed() < Duration::from_secs(10) {
+        after = rows_of(&mut it, 50);
+    }
+    let took = t.elapsed();
+    after.extend(rows_of(&mut it, 500));
+    assert_eq!(after, vec![3], "published once, after the opening");
+    assert_eq!(count(&db, "select count(*) as n from tx"), 3);
+    assert_eq!(count(&db, "select count(*) as n from _tinystore_outbox"), 0);
+    eprintln!("chan_03 recovery: the killed process's message arrived {took:?} after the open began");
+    assert!(took < Duration::from_secs(2), "at once: {took:?}");
+}
+
+/// CHAN-03 on NATS across processes: a worker killed between a commit and
+/// its publish, while this process has the database open: this process's
+/// next commit (which publishes nothing itself) publishes the message, once.
+#[test]
+fn chan_03_cluster_a_process_killed_between_commit_and_publish_has_its_messages_published_once_at_the_next_commit() {
+    let (c, n) = shared();
+    let sql = common::dir();
+    let (_store, db, mut it, before, stalled) = kill_a_worker_at(&c, &n, "chan03commit", sql.path(), &[]);
+    assert_eq!((before, stalled), (vec![1, 2], 3));
+    let t = Instant::now();
+    db.tx(|tx| tx.exec("insert into tx (at) values (1)").map(|_| ())).unwrap();
+    let took = t.elapsed();
+    assert_eq!(rows_of(&mut it, 1000), vec![3], "published once, by the commit");
+    assert_eq!(count(&db, "select count(*) as n from _tinystore_outbox"), 0);
+    eprintln!("chan_03 recovery: the killed process's message was in the stream when the next commit returned, {took:?} after it began");
+}
+
+/// CHAN-03 on NATS across processes: a worker killed after its message is
+/// in the stream but before its outbox row is deleted (the publish's
+/// acknowledgement lost with it): the next publisher, once the claim of
+/// the dead one expired, sends the row again under the same
+/// `Nats-Msg-Id`, and the stream drops it: delivered once.
+#[test]
+fn chan_03_cluster_a_publish_sent_again_after_its_ack_was_lost_is_not_delivered_twice() {
+    let (c, n) = shared();
+    let sql = common::dir();
+    let (store, _, mut it, before, stalled) = kill_a_worker_at(&c, &n, "chan03twice", sql.path(), &["published"]);
+    assert_eq!(stalled, 3);
+    assert_eq!(before, vec![1, 2, 3], "the stopped one's message got in before it died");
+    let t = Instant::now();
+    let db = store.database("order").open().unwrap();
+    assert!(common::eventually(15_000, || count(&db, "select count(*) as n from _tinystore_outbox") == 0), "the leftover row is dealt with once the claim expired");
+    let took = t.elapsed();
+    eprintln!("chan_03 recovery behind a live claim: outbox empty {took:?} after the open");
+    assert!(took <= tinystore::sql::OUTBOX_CLAIM_TTL + Duration::from_secs(2), "within the claim's ttl: {took:?}");
+    assert!(rows_of(&mut it, 1000).is_empty(), "not delivered twice");
+    // The next transaction's message follows, with the branch's next sequence.
+    let events = store.channel::<serde_json::Value>("order").open().unwrap();
+    db.tx(|tx| -> tinystore::Result<()> {
+        let r = tx.exec("insert into tx (at) values (0)")?;
+        tx.with(&events).under("all").publish(&serde_json::json!({"row": r.last_insert_rowid}))
+    })
+    .unwrap();
+    assert_eq!(rows_of(&mut it, 1000), vec![4]);
 }
 
 /// `status` of a cluster store with channels: per branch, its subscribers

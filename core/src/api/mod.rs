@@ -6,6 +6,7 @@ pub(crate) mod channels;
 pub mod cluster;
 pub(crate) mod lease;
 pub(crate) mod locks;
+pub(crate) mod outbox;
 pub(crate) mod publish;
 pub mod sql;
 pub mod status;

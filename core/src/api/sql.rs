@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 pub use rusqlite::types::Value as SqlValue;
 
 use crate::api::channels::{Branch, Channel};
+use crate::api::outbox::{self, Outbox};
 use crate::engine::channels::check_message;
 use crate::engine::tickets::Held;
 use crate::base::error::{Error, ErrorKind, Result};
@@ -35,6 +36,13 @@ static AFTER_COMMIT: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 pub fn after_commit_hook(f: fn()) {
     let _ = AFTER_COMMIT.set(f);
 }
+
+#[doc(hidden)]
+pub use crate::api::outbox::after_publish_hook as after_outbox_publish_hook;
+/// How long a process's claim on a database's outbox lasts unless renewed
+/// (a cluster store with NATS channels, CHAN-03): a process killed while it
+/// published has the rest published by another within this.
+pub use crate::api::outbox::CLAIM_TTL as OUTBOX_CLAIM_TTL;
 
 /// The default busy timeout: how long a writer waits for another one.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -239,6 +247,17 @@ impl DatabaseBuilder {
         if let Some(dir) = &self.migrations {
             migrate(&writer, dir)?;
         }
+        // A cluster store's channels are on NATS: a transaction's messages
+        // go through the database's outbox (CHAN-03), and what a process
+        // left there is published now.
+        let outbox = match self.store.backend().nats() {
+            Some(jet) => {
+                let o = Outbox::open(&writer, &path, self.busy_timeout, jet)?;
+                o.recover().map_err(|e| Error::new(e.kind(), format!("{}: the messages a process left in the outbox of {} are not published yet (at the next commit or open)", e.message(), path.display())))?;
+                Some(o)
+            }
+            None => None,
+        };
         Ok(Database {
             inner: Arc::new(DbInner {
                 store: self.store,
@@ -248,6 +267,7 @@ impl DatabaseBuilder {
                 writer_back: Condvar::new(),
                 turns: Arc::new(tokio::sync::Semaphore::new(1)),
                 readers: Mutex::new(Vec::new()),
+                outbox,
             }),
         })
     }
@@ -275,6 +295,8 @@ struct DbInner {
     /// One turn at waiting for the writer, for [`Database::writer_turn`].
     turns: Arc<tokio::sync::Semaphore>,
     readers: Mutex<Vec<Connection>>,
+    /// On a cluster store with NATS channels: where its transactions' messages go.
+    outbox: Option<Arc<Outbox>>,
 }
 
 /// A turn at the writer: while it lives, this caller alone may wait for
@@ -384,7 +406,7 @@ impl Database {
     pub fn begin(&self) -> Result<Tx> {
         let w = self.take_writer()?;
         w.conn().execute_batch("begin immediate")?;
-        Ok(Tx { w: Some(w), pending: Mutex::new(Vec::new()) })
+        Ok(Tx { w: Some(w), pending: Mutex::new(Vec::new()), outboxed: Mutex::new(None) })
     }
 }
 
@@ -414,6 +436,8 @@ impl Drop for Writer {
 pub struct Tx {
     w: Option<Writer>,
     pending: Mutex<Vec<Held>>,
+    /// The newest outbox row this transaction inserted (cluster store).
+    outboxed: Mutex<Option<i64>>,
 }
 
 impl Tx {
@@ -457,6 +481,13 @@ impl Tx {
         check_name("channel", channel)?;
         branch.iter().try_for_each(Key::check)?;
         check_message(&data)?;
+        let w = self.w.as_ref().expect("a transaction has its writer until it ends");
+        if w.db.outbox.is_some() {
+            // In the transaction: a rollback drops it, a commit keeps it.
+            let id = outbox::insert(self.conn(), channel, branch, &data)?;
+            *self.outboxed.lock() = Some(id);
+            return Ok(());
+        }
         self.pending.lock().push(Held { channel: Arc::from(channel), branch: branch.to_vec(), data });
         Ok(())
     }
@@ -472,8 +503,17 @@ impl Tx {
     /// `closed` or `timeout` saying the rows stand when its messages could
     /// not follow the commit (the owner went away, or they came later than
     /// `limits::TX_ORDER_BOUND` after the ticket).
+    ///
+    /// On a cluster store with NATS channels the messages are rows of the
+    /// database's outbox, committed with the transaction and published
+    /// after it, in outbox order (docs/cluster.md); when they could not be
+    /// published now, the error says the rows stand and the messages stay
+    /// in the outbox for the next commit or open of the database.
     pub fn commit(mut self) -> Result<()> {
         let w = self.w.take().expect("a transaction has its writer until it ends");
+        if let Some(o) = w.db.outbox.clone() {
+            return commit_outboxed(w, &o, self.outboxed.lock().take());
+        }
         let pending = std::mem::take(&mut *self.pending.lock());
         if pending.is_empty() {
             if let Err(e) = w.conn().execute_batch("commit") {
@@ -528,6 +568,46 @@ impl Tx {
         w.conn().execute_batch("rollback")?;
         Ok(())
     }
+}
+
+/// Commits a transaction of a cluster store with NATS channels, then
+/// publishes its database's outbox: this transaction's messages (`upto`,
+/// its newest row) and any left before them (CHAN-03).
+fn commit_outboxed(w: Writer, o: &Outbox, upto: Option<i64>) -> Result<()> {
+    // Rows left by a process that died: published by this commit too.
+    let left = if upto.is_none() { outbox::has_rows(w.conn()) } else { Ok(true) };
+    let left = match left {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = w.conn().execute_batch("rollback");
+            return Err(e);
+        }
+    };
+    if let Err(e) = w.conn().execute_batch("commit") {
+        let _ = w.conn().execute_batch("rollback");
+        return Err(e.into());
+    }
+    if upto.is_some()
+        && let Some(f) = AFTER_COMMIT.get()
+    {
+        f();
+    }
+    // The outbox keeps the order from here: the next writer may begin.
+    drop(w);
+    if !left {
+        return Ok(());
+    }
+    o.publish(upto, upto.is_some()).map(|_| ()).map_err(|e| {
+        // The rows stand and so do the messages, in the outbox: said
+        // plainly, so that nobody runs the transaction again.
+        Error::new(
+            e.kind(),
+            format!(
+                "the transaction was committed, but its messages are not published yet ({}): its rows stand and its messages stay in the outbox, published at the next commit or open of this database; do not run it again",
+                e.message()
+            ),
+        )
+    })
 }
 
 impl Drop for Tx {

@@ -38,6 +38,10 @@ const PREV_HEADER: &str = "Tinystore-Prev";
 /// 4-byte little-endian length, then its bytes), with the branch
 /// sequences `Tinystore-Seq`, +1, ... A message alone has no such header.
 const COUNT_HEADER: &str = "Tinystore-Count";
+/// The header of a message from a database's outbox (CHAN-03): its
+/// `DBID:SEQ`, the same on every try and in every process, also its first
+/// `Nats-Msg-Id`. Such a message goes alone, never in a batch.
+const OUTBOX_HEADER: &str = "Tinystore-Outbox";
 /// Publishes of one branch that queued while the one before was in flight
 /// go as one JetStream message, up to this many of them...
 const BATCH_MESSAGES: usize = 256;
@@ -266,6 +270,8 @@ struct Job {
     /// None: a mark of `settle`, ended once those before it have.
     data: Option<Box<[u8]>>,
     finish: Finish,
+    /// A message of an outbox: its `DBID:SEQ` ([`OUTBOX_HEADER`]).
+    outbox: Option<String>,
 }
 
 /// The connection to NATS of one cluster store.
@@ -349,6 +355,11 @@ impl Jet {
         }))
     }
 
+    /// How long a publish may take before it fails.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     pub(crate) fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) { Err(Error::closed()) } else { Ok(()) }
     }
@@ -393,11 +404,23 @@ impl Jet {
     /// Sends a publish to its branch's task, which publishes it after the
     /// branch's earlier ones.
     pub(crate) fn publish(self: &Arc<Self>, channel: &str, branch: &[Key], data: Box<[u8]>, finish: Finish) {
+        self.send_job(channel, branch, Job { data: Some(data), finish, outbox: None });
+    }
+
+    /// Publishes a message of a database's outbox after the branch's
+    /// earlier publishes, alone, with `id` (`DBID:SEQ`) as its
+    /// `Nats-Msg-Id` and [`OUTBOX_HEADER`]: a retry within the stream's
+    /// duplicate window (2 min), from this process or another, is dropped
+    /// by the stream (CHAN-03).
+    pub(crate) fn publish_outbox(self: &Arc<Self>, channel: &str, branch: &[Key], data: Box<[u8]>, id: String, finish: Finish) {
+        self.send_job(channel, branch, Job { data: Some(data), finish, outbox: Some(id) });
+    }
+
+    fn send_job(self: &Arc<Self>, channel: &str, branch: &[Key], mut job: Job) {
         if let Err(e) = self.check_open() {
-            return finish.finish(Err(e));
+            return job.finish.finish(Err(e));
         }
         let subject = self.names.subject(channel, branch);
-        let mut job = Job { data: Some(data), finish };
         let mut b = self.branches.lock();
         if let Some(tx) = b.get(&subject) {
             match tx.send(job) {
@@ -433,11 +456,16 @@ impl Jet {
             // What queued while the publish before was in flight goes in one
             // message: one round trip to the stream's replicas for all.
             let mut bytes = first.len();
+            if let Some(id) = &job.outbox {
+                let r = self.publish_one(&channel, &subject, &mut last, bytes_of(first), 1, Some(id)).await;
+                job.finish.finish(r);
+                continue;
+            }
             batch.push(job);
             while batch.len() < BATCH_MESSAGES {
                 let Ok(j) = rx.try_recv() else { break };
                 match &j.data {
-                    Some(d) if bytes + d.len() <= BATCH_BYTES => {
+                    Some(d) if bytes + d.len() <= BATCH_BYTES && j.outbox.is_none() => {
                         bytes += d.len();
                         batch.push(j);
                     }
@@ -448,7 +476,7 @@ impl Jet {
                 }
             }
             let r = if batch.len() == 1 {
-                self.publish_one(&channel, &subject, &mut last, bytes_of(batch[0].data.as_deref().unwrap_or_default()), 1).await
+                self.publish_one(&channel, &subject, &mut last, bytes_of(batch[0].data.as_deref().unwrap_or_default()), 1, None).await
             } else {
                 let mut payload = Vec::with_capacity(bytes + 4 * batch.len());
                 for j in &batch {
@@ -456,7 +484,7 @@ impl Jet {
                     payload.extend_from_slice(&(d.len() as u32).to_le_bytes());
                     payload.extend_from_slice(d);
                 }
-                self.publish_one(&channel, &subject, &mut last, payload.into(), batch.len() as u64).await
+                self.publish_one(&channel, &subject, &mut last, payload.into(), batch.len() as u64, None).await
             };
             for j in batch.drain(..) {
                 j.finish.finish(r.clone());
@@ -481,10 +509,27 @@ impl Jet {
 
     /// Publishes one JetStream message of `count` messages of the branch
     /// (`count` > 1: a batch, `payload` framed as [`COUNT_HEADER`] says).
-    async fn publish_one(&self, channel: &str, subject: &str, last: &mut Option<(u64, u64)>, payload: bytes::Bytes, count: u64) -> Result<()> {
+    /// `outbox`: a message of an outbox, sent once: under its `DBID:SEQ`
+    /// while that id may still be its own, and never again once the
+    /// branch holds it (a try refused at its commit leaves its id taken
+    /// for the duplicate window: then `DBID:SEQ.N`, after looking).
+    async fn publish_one(&self, channel: &str, subject: &str, last: &mut Option<(u64, u64)>, payload: bytes::Bytes, count: u64, outbox: Option<&str>) -> Result<()> {
         let s = self.stream(channel).await?;
-        let new_id = || format!("{:016x}-{}", self.process, self.next_id.fetch_add(1, Ordering::Relaxed));
-        let mut id = new_id();
+        let mut tries = 0u32;
+        let next_id = |tries: &mut u32| match outbox {
+            Some(o) => {
+                *tries += 1;
+                format!("{o}.{tries}")
+            }
+            None => format!("{:016x}-{}", self.process, self.next_id.fetch_add(1, Ordering::Relaxed)),
+        };
+        let mut id = match outbox {
+            Some(o) => o.to_owned(),
+            None => next_id(&mut tries),
+        };
+        // An outbox message may be in the branch after this stream
+        // sequence (a try whose outcome is unknown expected it as last).
+        let mut maybe_after: Option<u64> = None;
         let end = Instant::now() + self.timeout;
         let mut why = String::new();
         loop {
@@ -505,6 +550,20 @@ impl Jet {
                     }
                 },
             };
+            if let (Some(o), Some(after)) = (outbox, maybe_after) {
+                match find_outbox(&s, subject, o, Some(after)).await {
+                    Ok(Some(_)) => {
+                        *last = None;
+                        return Ok(());
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        why = e;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                }
+            }
             let mut msg = jetstream::message::PublishMessage::build()
                 .payload(payload.clone())
                 .message_id(&id)
@@ -513,6 +572,9 @@ impl Jet {
                 .header(PREV_HEADER, seq.to_string().as_str());
             if count > 1 {
                 msg = msg.header(COUNT_HEADER, count.to_string().as_str());
+            }
+            if let Some(o) = outbox {
+                msg = msg.header(OUTBOX_HEADER, o);
             }
             let sent = match self.js.send_publish(subject.to_owned(), msg).await {
                 Ok(ack) => ack.await,
@@ -523,11 +585,13 @@ impl Jet {
                     *last = None;
                     // An earlier try of this publish got in (its ack was lost)
                     // if the stream holds a message with its id; a try
-                    // refused at its commit leaves its id taken all the same.
+                    // refused at its commit leaves its id taken all the same
+                    // (or one is still on its way in: looked for next time).
                     if self.holds_id(&s, ack.sequence, &id).await {
                         return Ok(());
                     }
-                    id = new_id();
+                    maybe_after = Some(maybe_after.map_or(seq, |a| a.min(seq)));
+                    id = next_id(&mut tries);
                 }
                 Ok(ack) => {
                     *last = Some((ack.sequence, b + count));
@@ -539,16 +603,39 @@ impl Jet {
                     // taken for the deduplication window though nothing went in).
                     PublishErrorKind::WrongLastSequence => {
                         *last = None;
-                        id = new_id();
+                        id = next_id(&mut tries);
                     }
                     PublishErrorKind::MaxPayloadExceeded => return Err(Error::limit(format!("NATS refused the message: {e}: the servers' max_payload must be at least 1 MiB and 1 KiB"))),
                     PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe | PublishErrorKind::StreamNotFound | PublishErrorKind::Other | PublishErrorKind::MaxAckPending => {
                         why = e.to_string();
                         *last = None;
+                        // It may have gone in: the same id again is dropped
+                        // if so (within the window), and an outbox message
+                        // is looked for first.
+                        maybe_after = Some(maybe_after.map_or(seq, |a| a.min(seq)));
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                     _ => return Err(nats_error(&format!("publishing to channel {channel:?}"), e, ErrorKind::Protocol)),
                 },
+            }
+        }
+    }
+
+    /// True when `branch` of `channel` holds the outbox message `id`
+    /// (`DBID:SEQ`), looking back from its newest message over at most
+    /// the 1,024 it keeps, and stopping at a message of the same outbox
+    /// with a lower SEQ (an outbox is published in order). For a
+    /// database's leftover rows, whose publisher may have died after the
+    /// stream took them: past the duplicate window their ids are forgotten.
+    pub(crate) async fn holds_outbox(&self, channel: &str, branch: &[Key], id: &str) -> Result<bool> {
+        let s = self.stream(channel).await?;
+        let subject = self.names.subject(channel, branch);
+        let end = Instant::now() + self.timeout;
+        loop {
+            match find_outbox(&s, &subject, id, None).await {
+                Ok(x) => return Ok(x.is_some()),
+                Err(e) if Instant::now() >= end => return Err(nats_error(&format!("reading channel {channel:?} for an outbox message"), e, ErrorKind::Unavailable)),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
     }
@@ -560,7 +647,7 @@ impl Jet {
         for (_, tx) in subjects {
             let (otx, orx) = tokio::sync::oneshot::channel();
             // An empty job marks the point: it ends once those before it have.
-            if tx.send(Job { data: None, finish: Finish::Oneshot(otx) }).is_ok() {
+            if tx.send(Job { data: None, finish: Finish::Oneshot(otx), outbox: None }).is_ok() {
                 waits.push(orx);
             }
         }
@@ -767,6 +854,50 @@ async fn last_of(s: &stream::Stream, subject: &str) -> std::result::Result<(u64,
         Err(e) if matches!(e.kind(), stream::LastRawMessageErrorKind::NoMessageFound) => Ok((0, 0)),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// The stream sequence of the outbox message `id` (`DBID:SEQ`) in
+/// `subject`, looking back from the newest message along the branch's
+/// [`PREV_HEADER`] links: down to stream sequence `after` (excluded), or,
+/// without it, to a message of the same outbox with a lower SEQ; at most
+/// [`BRANCH_MESSAGES`] messages.
+async fn find_outbox(s: &stream::Stream, subject: &str, id: &str, after: Option<u64>) -> std::result::Result<Option<u64>, String> {
+    let (db, n) = split_outbox(id).ok_or_else(|| format!("{id:?} is not an outbox message id"))?;
+    let mut at = match s.get_last_raw_message_by_subject(subject).await {
+        Ok(m) => m,
+        Err(e) if matches!(e.kind(), stream::LastRawMessageErrorKind::NoMessageFound) => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    for _ in 0..BRANCH_MESSAGES {
+        if after.is_some_and(|a| at.sequence <= a) {
+            return Ok(None);
+        }
+        if let Some(other) = at.headers.get(OUTBOX_HEADER).map(|v| v.as_str().to_owned()) {
+            if other == id {
+                return Ok(Some(at.sequence));
+            }
+            if after.is_none() && split_outbox(&other).is_some_and(|(d, m)| d == db && m < n) {
+                return Ok(None);
+            }
+        }
+        let prev = header_u64(&at.headers, PREV_HEADER).unwrap_or(0);
+        if prev == 0 {
+            return Ok(None);
+        }
+        at = match s.get_raw_message(prev).await {
+            Ok(m) => m,
+            // Gone from the stream (older than what it keeps).
+            Err(e) if matches!(e.kind(), stream::LastRawMessageErrorKind::NoMessageFound) => return Ok(None),
+            Err(e) => return Err(e.to_string()),
+        };
+    }
+    Ok(None)
+}
+
+/// `DBID:SEQ` as its two parts.
+fn split_outbox(id: &str) -> Option<(&str, u64)> {
+    let (db, n) = id.rsplit_once(':')?;
+    Some((db, n.parse().ok()?))
 }
 
 /// What `status` gathers of one branch.

@@ -46,11 +46,10 @@ fn no_channels() -> Error {
     )
 }
 
-/// What a transaction's publish on a cluster store says (CHAN-03 there is to come).
+/// A ticket on a cluster store: its transactions publish through their
+/// database's outbox (`api/outbox.rs`), never through a ticket.
 fn no_transactions() -> Error {
-    Error::invalid(
-        "a publish inside a SQL transaction is not on a cluster store yet (its outbox on NATS is to come, docs/cluster.md): publish after the commit, or use a store opened on one machine",
-    )
+    Error::internal("a cluster store's transactions publish through their database's outbox, not a ticket")
 }
 
 impl Backend for Cluster {
@@ -144,6 +143,10 @@ impl Backend for Cluster {
 
     fn loop_reader(&self) -> Option<LoopReader> {
         None
+    }
+
+    fn nats(&self) -> Option<Arc<Jet>> {
+        self.jet.clone()
     }
 
     /// Waits for the publishes taken so far to be in their streams.

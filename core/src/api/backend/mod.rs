@@ -29,6 +29,7 @@ use crate::engine::channels::{Event, Resume, Scope};
 use crate::engine::locks::{Holder, Kind, Terms};
 use crate::engine::tickets::Held;
 use crate::net::client::LoopReader;
+use crate::net::nats::Jet;
 use crate::net::wire::Address;
 
 /// The function a publish's outcome is given to, once.
@@ -84,6 +85,11 @@ pub(crate) trait Backend: Send + Sync {
     fn settle(&self, limit: Duration) -> BoxFuture<'_, ()>;
     /// Closes: subscriptions end, leases are let go or lost. Idempotent.
     fn close(&self, dir: &Path);
+    /// The NATS channels of a cluster store: a transaction's messages go
+    /// through its database's outbox (`api/outbox.rs`) instead of a ticket.
+    fn nats(&self) -> Option<Arc<Jet>> {
+        None
+    }
 }
 
 /// A lock or semaphore as a backend holds it.
