@@ -43,18 +43,6 @@ export const LOCK_MODES: readonly Mode[] = (['owned', 'connected', 'cluster'] as
 export const CHAN_MODES: readonly Mode[] = LOCK_MODES
 
 /**
- * CHAN-03 on NATS (the outbox) comes in another change: until it is
- * merged a cluster store rolls back a transaction that publishes, so the
- * CHAN-03 tests run on the cluster only with TINYSTORE_TEST_CLUSTER_TX=1.
- * For `it(name, { skip: skipClusterTx(mode) }, ...)`.
- */
-export function skipClusterTx(mode: Mode): string | false {
-  return mode === 'cluster' && process.env.TINYSTORE_TEST_CLUSTER_TX !== '1'
-    ? 'CHAN-03 is not on NATS yet (docs/cluster.md): a cluster store rolls back a transaction that publishes; TINYSTORE_TEST_CLUSTER_TX=1 runs it'
-    : false
-}
-
-/**
  * The request timeout of the tests' cluster stores: on 2 cores beside 6
  * servers a stream's first leader election was seen to take longer than
  * the default 10 s.

@@ -5,7 +5,7 @@ import { describe, it } from 'node:test'
 
 import { InvalidError, SqlError, type Message } from 'tinystore'
 
-import { CHAN_MODES, skipClusterTx, sleep, suiteStores, tempDir, until } from './helpers'
+import { CHAN_MODES, sleep, suiteStores, tempDir, until } from './helpers'
 
 interface Note {
   id: number
@@ -22,7 +22,7 @@ for (const mode of CHAN_MODES) {
       return { store, db: await store.database('notes', { migrations: dir }), dir }
     }
 
-    it('CHAN-03: a thousand transactions at once queue for the writer; none fails with busy', { skip: skipClusterTx(mode) }, async () => {
+    it('CHAN-03: a thousand transactions at once queue for the writer; none fails with busy', async () => {
       // More than the blocking threads (512): they wait for the writer
       // without a thread each, so the transaction holding it always has a
       // thread for its next statement.
@@ -74,7 +74,7 @@ for (const mode of CHAN_MODES) {
       assert.equal((await db.query('select * from notes')).length, 1)
     })
 
-    it('CHAN-03 a message published in a transaction arrives after the commit, when its row can be read', { skip: skipClusterTx(mode) }, async () => {
+    it('CHAN-03 a message published in a transaction arrives after the commit, when its row can be read', async () => {
       const { store, db } = await database()
       const events = store.channel<Note>('notes')
       const seen: Array<[number, number]> = []
@@ -97,7 +97,7 @@ for (const mode of CHAN_MODES) {
       await sub.stop()
     })
 
-    it('CHAN-03 a rollback, or an error thrown in the function, drops what was published', { skip: skipClusterTx(mode) }, async () => {
+    it('CHAN-03 a rollback, or an error thrown in the function, drops what was published', async () => {
       const { store, db } = await database()
       const events = store.channel<Note>('notes')
       const got: Message<Note>[] = []
@@ -140,7 +140,7 @@ for (const mode of CHAN_MODES) {
       await assert.rejects(kept!.exec('select 1'), /ended/)
     })
 
-    it('CHAN-03 a transaction refuses a channel of another store, and nothing of it is written', { skip: skipClusterTx(mode) }, async () => {
+    it('CHAN-03 a transaction refuses a channel of another store, and nothing of it is written', async () => {
       // Its commit publishes to its database's store: the other store's
       // subscribers would never hear of it.
       const { db } = await database()

@@ -209,10 +209,6 @@ def nats_cluster() -> Any:
 # default 10 s: on 2 cores beside 6 servers one was seen to take longer.
 CLUSTER_TIMEOUT = 30.0
 
-# CHAN-03 on NATS (the outbox) comes in another change: until it is merged,
-# a cluster store refuses a transaction that publishes, so the CHAN-03 tests
-# (marked `cluster_tx` too) run on the cluster kind only when this is set to 1.
-CLUSTER_TX = os.environ.get("TINYSTORE_TEST_CLUSTER_TX") == "1"
 
 
 def pytest_generate_tests(metafunc: Any) -> None:
@@ -278,9 +274,6 @@ _prefixes = iter(range(1, 1 << 30))
 @pytest.fixture
 async def stores(request: Any, tmp_path: Path) -> AsyncIterator[Stores]:
     if request.param == "cluster":
-        if request.node.get_closest_marker("cluster_tx") is not None and not CLUSTER_TX:
-            pytest.skip("CHAN-03 is not on NATS yet (docs/cluster.md): a cluster store rolls back a transaction "
-                        "that publishes; TINYSTORE_TEST_CLUSTER_TX=1 runs it")
         # Short: a stream is named after it (ts-PREFIX-CHANNEL, `-` escaped as _2D).
         prefix = f"py{os.getpid()}-{next(_prefixes)}-{re.sub('[^a-z0-9]+', '-', request.node.name.lower())[:40]}"
         s = Stores("cluster", tmp_path / "store", request.getfixturevalue("etcd_cluster"), prefix,

@@ -239,7 +239,6 @@ async def test_c1_lag_is_not_the_end_one_on_missed_with_count_n_then_the_next_me
 
 
 @pytest.mark.cluster
-@pytest.mark.cluster_tx
 async def test_chan_03_a_transaction_publishes_at_commit_and_a_reader_can_read_what_it_announces(store: tinystore.Store) -> None:
     db = await store.database("chat", migrations=MIGRATIONS)
     events = store.channel("chat-events")
@@ -268,7 +267,6 @@ async def test_chan_03_a_transaction_publishes_at_commit_and_a_reader_can_read_w
 
 
 @pytest.mark.cluster
-@pytest.mark.cluster_tx
 async def test_chan_03_a_rollback_drops_what_the_transaction_published(store: tinystore.Store) -> None:
     db = await store.database("chat", migrations=MIGRATIONS)
     events = store.channel("chat-events")

@@ -1,6 +1,6 @@
 """CHAN-03 across processes: transactions of several processes that publish
 to one branch arrive in commit (rowid) order; on one machine, and on a
-cluster store (its outbox's order) with TINYSTORE_TEST_CLUSTER_TX=1."""
+cluster store (its outbox's order)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import tinystore
-from conftest import CLUSTER_TIMEOUT, CLUSTER_TX, MODES, python_env, until
+from conftest import CLUSTER_TIMEOUT, MODES, python_env, until
 
 WRITER = """
 import asyncio, sys, tinystore
@@ -41,9 +41,8 @@ async def test_chan_03_four_processes_deliver_in_commit_order(tmp_path: Path) ->
 async def test_chan_03_cluster_four_processes_deliver_in_commit_order(tmp_path: Path, request: Any) -> None:
     # One machine's four processes of a cluster store share its SQL
     # databases (TINYSTORE_CLUSTER_SQL_DIR); their messages go through NATS.
-    if "cluster" not in MODES or not CLUSTER_TX:
-        pytest.skip("CHAN-03 is not on NATS yet (docs/cluster.md): a cluster store rolls back a transaction "
-                    "that publishes; TINYSTORE_TEST_CLUSTER_TX=1 runs it")
+    if "cluster" not in MODES:
+        pytest.skip("the cluster kind is not in TINYSTORE_TEST_MODES")
     etcd, nats = request.getfixturevalue("etcd_cluster"), request.getfixturevalue("nats_cluster")
     address = f"{etcd.address(f'py{os.getpid()}-commitorder')}?nats={nats.urls()}"
     os.environ["TINYSTORE_CLUSTER_SQL_DIR"] = str(tmp_path)

@@ -106,7 +106,6 @@ async def test_a_failing_migration_raises_sql_error(store: tinystore.Store, tmp_
 
 
 @pytest.mark.cluster
-@pytest.mark.cluster_tx
 async def test_chan_03_a_thousand_transactions_at_once_queue_for_the_writer(store: tinystore.Store) -> None:
     # More transactions than the runtime has blocking threads (512): they
     # queue for the writer without a thread each, so the one that holds it
@@ -135,7 +134,6 @@ async def test_chan_03_a_thousand_transactions_at_once_queue_for_the_writer(stor
 
 
 @pytest.mark.cluster
-@pytest.mark.cluster_tx
 async def test_chan_03_a_transaction_refuses_a_channel_of_another_store(stores, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     # Its commit publishes to its database's store: a channel taken from
     # another handle would have been published there, where nobody of the

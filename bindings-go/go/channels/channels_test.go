@@ -215,7 +215,6 @@ func TestChan02SlowSubscriberIsToldExactlyWhatItMissedThenGoesOn(t *testing.T) {
 
 func TestChan03TransactionDeliversAtCommitAndRollbackDrops(t *testing.T) {
 	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
-		stores.SkipClusterTx(t)
 		store := stores.Open()
 		db, err := sqldb.Open(bg, store, "chat")
 		if err != nil {

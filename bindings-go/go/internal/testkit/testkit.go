@@ -82,20 +82,6 @@ func (s *Stores) Address() string {
 // longer than the default 10 s.
 const ClusterTimeout = 30 * time.Second
 
-// ClusterTx says whether the CHAN-03 tests run on a cluster store: CHAN-03
-// on NATS (the outbox) comes in another change, and until it is merged a
-// cluster store rolls back a transaction that publishes.
-var ClusterTx = os.Getenv("TINYSTORE_TEST_CLUSTER_TX") == "1"
-
-// SkipClusterTx skips a CHAN-03 test on a cluster store unless
-// TINYSTORE_TEST_CLUSTER_TX=1.
-func (s *Stores) SkipClusterTx(t testing.TB) {
-	t.Helper()
-	if s.Kind == "cluster" && !ClusterTx {
-		t.Skip("CHAN-03 is not on NATS yet (docs/cluster.md): a cluster store rolls back a transaction that publishes; TINYSTORE_TEST_CLUSTER_TX=1 runs it")
-	}
-}
-
 // Close closes every store Open gave, owners last: the store restarts at
 // the next Open.
 func (s *Stores) Close() {
