@@ -141,7 +141,15 @@ impl Outbox {
             c.busy_timeout(self.busy)?;
             *guard = Some(c);
         }
-        let c = guard.as_ref().expect("just made");
+        self.publish_on(guard.as_ref().expect("just made"), upto, wait)
+    }
+
+    /// [`publish`](Outbox::publish) on `c`: a commit gives the database's
+    /// writer, which it keeps until its messages are in (a second
+    /// connection of this process would wait on SQLite's lock behind the
+    /// transactions queued for the writer, and could starve for the whole
+    /// busy timeout).
+    pub(crate) fn publish_on(&self, c: &Connection, upto: Option<i64>, wait: bool) -> Result<bool> {
         let holder = random_hex();
         // Past the claim of a holder that died mid-publish, and the
         // publish's own time.

@@ -592,12 +592,13 @@ fn commit_outboxed(w: Writer, o: &Outbox, upto: Option<i64>) -> Result<()> {
     {
         f();
     }
-    // The outbox keeps the order from here: the next writer may begin.
-    drop(w);
     if !left {
         return Ok(());
     }
-    o.publish(upto, upto.is_some()).map(|_| ()).map_err(|e| {
+    // On the writer, kept until the messages are in: the next transaction
+    // of this process begins after (its claim, deletes and release would
+    // otherwise wait on SQLite's lock behind every transaction queued).
+    o.publish_on(w.conn(), upto, upto.is_some()).map(|_| ()).map_err(|e| {
         // The rows stand and so do the messages, in the outbox: said
         // plainly, so that nobody runs the transaction again.
         Error::new(

@@ -42,6 +42,13 @@ const COUNT_HEADER: &str = "Tinystore-Count";
 /// `DBID:SEQ`, the same on every try and in every process, also its first
 /// `Nats-Msg-Id`. Such a message goes alone, never in a batch.
 const OUTBOX_HEADER: &str = "Tinystore-Outbox";
+/// The header of any other publish: this process's id for it, the same on
+/// every try. A try whose outcome is unknown (its ack lost) is looked for
+/// by it before the next, instead of with a `Nats-Msg-Id`: the servers'
+/// deduplication costs a sixth of the rate of one-at-a-time publishes
+/// (docs/performance.md), and the expected last subject sequence already
+/// keeps a second copy out unless the branch is read again.
+const ID_HEADER: &str = "Tinystore-Id";
 /// Publishes of one branch that queued while the one before was in flight
 /// go as one JetStream message, up to this many of them...
 const BATCH_MESSAGES: usize = 256;
@@ -550,8 +557,12 @@ impl Jet {
                     }
                 },
             };
-            if let (Some(o), Some(after)) = (outbox, maybe_after) {
-                match find_outbox(&s, subject, o, Some(after)).await {
+            if let Some(after) = maybe_after {
+                let found = match outbox {
+                    Some(o) => find_tagged(&s, subject, OUTBOX_HEADER, o, Some(after)).await,
+                    None => find_tagged(&s, subject, ID_HEADER, &id, Some(after)).await,
+                };
+                match found {
                     Ok(Some(_)) => {
                         *last = None;
                         return Ok(());
@@ -566,16 +577,16 @@ impl Jet {
             }
             let mut msg = jetstream::message::PublishMessage::build()
                 .payload(payload.clone())
-                .message_id(&id)
                 .expected_last_subject_sequence(seq)
                 .header(SEQ_HEADER, (b + 1).to_string().as_str())
                 .header(PREV_HEADER, seq.to_string().as_str());
             if count > 1 {
                 msg = msg.header(COUNT_HEADER, count.to_string().as_str());
             }
-            if let Some(o) = outbox {
-                msg = msg.header(OUTBOX_HEADER, o);
-            }
+            msg = match outbox {
+                Some(o) => msg.message_id(&id).header(OUTBOX_HEADER, o),
+                None => msg.header(ID_HEADER, id.as_str()),
+            };
             let sent = match self.js.send_publish(subject.to_owned(), msg).await {
                 Ok(ack) => ack.await,
                 Err(e) => Err(e),
@@ -599,19 +610,22 @@ impl Jet {
                 }
                 Err(e) => match e.kind() {
                     // Another publisher's message came in between: read the
-                    // branch again, and try under a new id (this one is
-                    // taken for the deduplication window though nothing went in).
+                    // branch again; an outbox message tries under a new id
+                    // (this one is taken for the deduplication window though
+                    // nothing went in).
                     PublishErrorKind::WrongLastSequence => {
                         *last = None;
-                        id = next_id(&mut tries);
+                        if outbox.is_some() {
+                            id = next_id(&mut tries);
+                        }
                     }
                     PublishErrorKind::MaxPayloadExceeded => return Err(Error::limit(format!("NATS refused the message: {e}: the servers' max_payload must be at least 1 MiB and 1 KiB"))),
                     PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe | PublishErrorKind::StreamNotFound | PublishErrorKind::Other | PublishErrorKind::MaxAckPending => {
                         why = e.to_string();
                         *last = None;
-                        // It may have gone in: the same id again is dropped
-                        // if so (within the window), and an outbox message
-                        // is looked for first.
+                        // It may have gone in: it is looked for by its id
+                        // before the next try (an outbox message's id is
+                        // also dropped by the stream within its window).
                         maybe_after = Some(maybe_after.map_or(seq, |a| a.min(seq)));
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
@@ -632,7 +646,7 @@ impl Jet {
         let subject = self.names.subject(channel, branch);
         let end = Instant::now() + self.timeout;
         loop {
-            match find_outbox(&s, &subject, id, None).await {
+            match find_tagged(&s, &subject, OUTBOX_HEADER, id, None).await {
                 Ok(x) => return Ok(x.is_some()),
                 Err(e) if Instant::now() >= end => return Err(nats_error(&format!("reading channel {channel:?} for an outbox message"), e, ErrorKind::Unavailable)),
                 Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
@@ -856,13 +870,14 @@ async fn last_of(s: &stream::Stream, subject: &str) -> std::result::Result<(u64,
     }
 }
 
-/// The stream sequence of the outbox message `id` (`DBID:SEQ`) in
-/// `subject`, looking back from the newest message along the branch's
+/// The stream sequence of the message whose `header` is `id` in
+/// `subject` (an outbox message's `DBID:SEQ` or a publish's
+/// [`ID_HEADER`]), looking back from the newest message along the branch's
 /// [`PREV_HEADER`] links: down to stream sequence `after` (excluded), or,
 /// without it, to a message of the same outbox with a lower SEQ; at most
 /// [`BRANCH_MESSAGES`] messages.
-async fn find_outbox(s: &stream::Stream, subject: &str, id: &str, after: Option<u64>) -> std::result::Result<Option<u64>, String> {
-    let (db, n) = split_outbox(id).ok_or_else(|| format!("{id:?} is not an outbox message id"))?;
+async fn find_tagged(s: &stream::Stream, subject: &str, header: &str, id: &str, after: Option<u64>) -> std::result::Result<Option<u64>, String> {
+    let outbox = if after.is_none() { Some(split_outbox(id).ok_or_else(|| format!("{id:?} is not an outbox message id"))?) } else { None };
     let mut at = match s.get_last_raw_message_by_subject(subject).await {
         Ok(m) => m,
         Err(e) if matches!(e.kind(), stream::LastRawMessageErrorKind::NoMessageFound) => return Ok(None),
@@ -872,11 +887,11 @@ async fn find_outbox(s: &stream::Stream, subject: &str, id: &str, after: Option<
         if after.is_some_and(|a| at.sequence <= a) {
             return Ok(None);
         }
-        if let Some(other) = at.headers.get(OUTBOX_HEADER).map(|v| v.as_str().to_owned()) {
+        if let Some(other) = at.headers.get(header).map(|v| v.as_str().to_owned()) {
             if other == id {
                 return Ok(Some(at.sequence));
             }
-            if after.is_none() && split_outbox(&other).is_some_and(|(d, m)| d == db && m < n) {
+            if outbox.is_some_and(|(db, n)| split_outbox(&other).is_some_and(|(d, m)| d == db && m < n)) {
                 return Ok(None);
             }
         }
