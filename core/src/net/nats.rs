@@ -812,7 +812,8 @@ struct SubShared {
     channel: String,
     filter: String,
     scope: Scope,
-    /// The newest stream sequence its consumer gave (for close's drain).
+    /// The newest stream sequence its consumer gave, once that message is
+    /// queued (close's drain ends the subscription when it is the newest).
     read_upto: AtomicU64,
     /// Its consumer's last message said nothing more was pending.
     caught_up: AtomicBool,
@@ -937,14 +938,16 @@ impl Reader {
             quiet_checks = 0;
             match next {
                 Some(Ok(m)) => {
-                    if let Ok(info) = m.info() {
-                        shared.caught_up.store(info.pending == 0, Ordering::Release);
-                        shared.read_upto.fetch_max(info.stream_sequence, Ordering::AcqRel);
-                    }
                     if let Some(events) = self.take(&m) {
                         for e in events {
                             shared.push(e);
                         }
+                    }
+                    // Only once its events are queued: close ends the
+                    // subscription when this reaches the branch's newest.
+                    if let Ok(info) = m.info() {
+                        shared.read_upto.fetch_max(info.stream_sequence, Ordering::AcqRel);
+                        shared.caught_up.store(info.pending == 0, Ordering::Release);
                     }
                 }
                 Some(Err(_)) | None => {
