@@ -642,3 +642,118 @@ fn store_cluster_nats_servers_down_fail_the_connect_with_unavailable() {
     assert!(e.message().contains(&port.to_string()), "{e}");
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
 }
+
+/// A worker process (core/examples/worker.rs) printing each event of
+/// branch 1 of a channel as a line; killed when dropped (also when a test
+/// panics, frozen or not).
+struct Listener {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Listener {
+    fn start(address: &str, channel: &str) -> Listener {
+        use std::io::BufRead;
+        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_tinystore")).parent().unwrap().join("examples/worker");
+        let mut child = std::process::Command::new(bin)
+            .args(["listen", address, channel])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("the worker example: run the whole `cargo test -p tinystore`, or `cargo build -p tinystore --examples`");
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in out.lines() {
+                if l.map(|l| tx.send(l)).is_err() {
+                    break;
+                }
+            }
+        });
+        Listener { child, lines }
+    }
+
+    fn line(&self, within: Duration) -> Option<String> {
+        self.lines.recv_timeout(within).ok()
+    }
+
+    fn signal(&self, sig: i32) {
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
+    }
+
+    /// The process's state letter in /proc (`T`: stopped).
+    fn state(&self) -> char {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        stat[stat.rfind(')').unwrap() + 2..].chars().next().unwrap()
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CHAN-02 on NATS across processes: a subscriber process frozen (SIGSTOP)
+/// while 5,000 messages are published on its branch. The publisher never
+/// waits for it: the 5,000 go at the pace of 1,000 published while it read
+/// along. When it resumes (SIGCONT) it is told once, before its next
+/// message, exactly how many it missed (those the stream discarded past
+/// its 1,024 per branch, and any its own queue dropped), then gets the
+/// rest in order, up to the last; nothing is lost beyond that count.
+#[test]
+fn chan_02_cluster_a_subscriber_process_frozen_while_5000_are_published_is_told_one_exact_count() {
+    let (c, n) = shared();
+    let address = address(&c, &n, "chan02frozen");
+    let store = connect_to(&address);
+    let events = store.channel::<u64>("c").open().unwrap();
+    // Makes the stream first: the worker's subscribe has the default 10 s.
+    events.under(1).publish(&0).unwrap();
+    let w = Listener::start(&address, "c");
+    assert_eq!(w.line(Duration::from_secs(60)).as_deref(), Some("listening"));
+    let t = Instant::now();
+    for i in 1..=1000u64 {
+        events.under(1).publish(&i).unwrap();
+    }
+    let live = t.elapsed();
+    for seq in 2..=1001 {
+        assert_eq!(w.line(Duration::from_secs(10)), Some(format!("msg {seq}")), "read along before the freeze");
+    }
+    w.signal(libc::SIGSTOP);
+    assert!(common::eventually(2000, || w.state() == 'T'), "frozen");
+    let frozen_count = 5000u64;
+    let t = Instant::now();
+    for i in 0..frozen_count {
+        events.under(1).publish(&(1001 + i)).unwrap();
+    }
+    let frozen = t.elapsed();
+    let per = |d: Duration, k: u64| d.as_secs_f64() * 1e6 / k as f64;
+    eprintln!("publish: {:.0} µs a message with the reader reading, {:.0} µs while it was frozen ({frozen:?} for {frozen_count})", per(live, 1000), per(frozen, frozen_count));
+    assert!(per(frozen, frozen_count) < 3.0 * per(live, 1000), "the publisher did not wait for the frozen reader: {frozen:?} for {frozen_count} against {live:?} for 1,000");
+    assert_eq!(w.state(), 'T', "still frozen through the burst");
+    w.signal(libc::SIGCONT);
+    let last = 1001 + frozen_count;
+    let (mut expect, mut got, mut misses) = (1002u64, 0u64, Vec::new());
+    while expect <= last {
+        let l = w.line(Duration::from_secs(30)).unwrap_or_else(|| panic!("nothing within 30 s after seq {}; misses {misses:?}", expect - 1));
+        if let Some(rest) = l.strip_prefix("missed Some(") {
+            let (k, reason) = rest.split_once(") ").unwrap();
+            let k: u64 = k.parse().unwrap();
+            misses.push((k, reason.to_owned()));
+            expect += k;
+        } else {
+            let seq: u64 = l.strip_prefix("msg ").unwrap_or_else(|| panic!("unexpected line {l:?}")).parse().unwrap();
+            assert_eq!(seq, expect, "the next message in order, each gap told before it: misses {misses:?}");
+            expect += 1;
+            got += 1;
+        }
+    }
+    eprintln!("after the freeze: {got} received, misses {misses:?}");
+    assert_eq!(misses.len(), 1, "told once: {misses:?}");
+    assert_eq!(misses[0].1, "behind", "{misses:?}");
+    assert_eq!(got + misses[0].0, frozen_count, "nothing lost beyond the count");
+    assert!(got >= 1024, "at least the stream's 1,024 of the branch: {got}");
+    events.under(1).publish(&0).unwrap();
+    assert_eq!(w.line(Duration::from_secs(10)), Some(format!("msg {}", last + 1)), "then goes on");
+    assert_eq!(w.line(Duration::from_millis(500)), None, "nothing more");
+}

@@ -1039,7 +1039,16 @@ impl NatsSubscription {
         if st.stopped {
             return Poll::Ready(None);
         }
-        if let Some(m) = st.dropped.take() {
+        // Misses in a row are told as one, before the next message: those
+        // the queue dropped and a gap queued behind them (a reader frozen
+        // while its consumer read on).
+        let mut missed = st.dropped.take();
+        while matches!(st.queue.front(), Some(Event::Missed(_))) {
+            if let Some(Event::Missed(m)) = st.queue.pop_front() {
+                missed = Some(merge(missed, m));
+            }
+        }
+        if let Some(m) = missed {
             return Poll::Ready(Some(Event::Missed(m)));
         }
         match st.queue.pop_front() {
@@ -1105,6 +1114,31 @@ mod tests {
         assert_eq!(n.subject("chat", &[Key::from(7)]), n.subject("chat", &[Key::from("7")]), "7 and \"7\" are one key (CHAN-06)");
         assert_ne!(n.subject("chat", &[Key::from("a"), Key::from("b")]), n.subject("chat", &[Key::from("a.b")]));
         assert_eq!(n.stream("chat_x"), "ts-team_2Fapp-chat_5Fx");
+    }
+
+    /// CHAN-02: the queue dropped its oldest while a gap waited behind
+    /// them (a reader frozen while its consumer read on): one miss of both.
+    #[test]
+    fn misses_in_a_row_are_told_once_with_their_sum() {
+        let shared = Arc::new(SubShared {
+            state: Mutex::new(SubState::default()),
+            stop: tokio::sync::Notify::new(),
+            channel: "c".into(),
+            filter: "f".into(),
+            scope: Scope::Branch,
+            read_upto: AtomicU64::new(0),
+            caught_up: AtomicBool::new(false),
+        });
+        let msg = |seq| Event::Message(Arc::new(Msg { branch: vec![Key::from(1)].into(), seq, data: b"1".to_vec().into() }));
+        (1..=10).for_each(|s| shared.push(msg(s)));
+        shared.push(Event::Missed(Missed { count: Some(5), reason: MissedReason::Behind }));
+        (16..16 + BRANCH_MESSAGES as u64).for_each(|s| shared.push(msg(s)));
+        let sub = NatsSubscription(shared);
+        match sub.read(None) {
+            Poll::Ready(Some(Event::Missed(m))) => assert_eq!((m.count, m.reason), (Some(15), MissedReason::Behind)),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(sub.read(None), Poll::Ready(Some(Event::Message(m))) if m.seq == 16));
     }
 
     #[test]
