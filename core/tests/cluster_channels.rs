@@ -757,3 +757,93 @@ fn chan_02_cluster_a_subscriber_process_frozen_while_5000_are_published_is_told_
     assert_eq!(w.line(Duration::from_secs(10)), Some(format!("msg {}", last + 1)), "then goes on");
     assert_eq!(w.line(Duration::from_millis(500)), None, "nothing more");
 }
+
+/// CHAN-04 on NATS: 1,000 branch subscriptions of one store (one NATS
+/// connection, to node 0) across a restart (kill -9, start again) of the
+/// server they are on. Each got its branch's message before; after the
+/// restart one message is published per branch, and every subscription
+/// gets it, nothing missed (the stream, 3 replicas, kept everything) and
+/// any gap told with its exact count.
+#[test]
+fn chan_04_cluster_1000_subscriptions_on_one_connection_all_receive_again_after_a_server_restart() {
+    const N: u64 = 1000;
+    let c = Cluster::shared();
+    let mut n = Nats::start();
+    let sub_store = connect_to(&format!("{}?nats={}", c.address("chan04many"), n.urls_of(&[0])));
+    let pub_store = connect_to(&format!("{}?nats={}", c.address("chan04many"), n.urls_of(&[1, 2])));
+    let sub_ch = sub_store.channel::<u64>("c").open().unwrap();
+    // Per branch: (value, branch sequence) received, or the miss told.
+    type Log = Arc<Vec<Mutex<Vec<Result<(u64, u64), Missed>>>>>;
+    let logs: Log = Arc::new((0..N).map(|_| Mutex::new(Vec::new())).collect());
+    let t = Instant::now();
+    let subs: Vec<_> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..8u64)
+            .map(|k| {
+                let (ch, logs) = (sub_ch.clone(), logs.clone());
+                s.spawn(move || {
+                    (k..N)
+                        .step_by(8)
+                        .map(|b| {
+                            let (l1, l2) = (logs.clone(), logs.clone());
+                            ch.under(b)
+                                .on_missed(move |m| l1[b as usize].lock().unwrap().push(Err(m)))
+                                .subscribe(move |m| l2[b as usize].lock().unwrap().push(Ok((m.value, m.seq))))
+                                .unwrap()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        threads.into_iter().flat_map(|t| t.join().unwrap()).collect()
+    });
+    eprintln!("{N} subscriptions in {:?}", t.elapsed());
+    let nats = sub_store.status_json().unwrap()["cluster"]["nats"].clone();
+    assert_eq!(nats["server"].as_str(), Some(format!("127.0.0.1:{}", n.nodes[0].port).as_str()), "on node 0: {nats}");
+    // One message per branch, all in flight at once.
+    let publish_all = |value: u64| {
+        tinystore::runtime::block_on(futures::future::join_all((0..N).map(|b| pub_store.publish_raw("c", &[Key::from(b)], value.to_string().into_bytes().into_boxed_slice()))))
+            .into_iter()
+            .collect::<tinystore::Result<Vec<()>>>()
+            .unwrap()
+    };
+    let have = |value: u64| (0..N as usize).filter(|&b| logs[b].lock().unwrap().iter().any(|e| matches!(e, Ok((v, _)) if *v == value))).count();
+    publish_all(1);
+    assert!(common::eventually(60_000, || have(1) == N as usize), "before the restart: {} of {N} got their message", have(1));
+    // Idle a while, as subscriptions of a real app are: their checks of a
+    // quiet consumer are then 16 s apart.
+    std::thread::sleep(Duration::from_secs(15));
+    let t = Instant::now();
+    n.restart(0);
+    eprintln!("node 0 killed and up again in {:?}", t.elapsed());
+    let t = Instant::now();
+    publish_all(2);
+    let all = common::eventually(120_000, || have(2) == N as usize);
+    let took = t.elapsed();
+    let missing: Vec<usize> = (0..N as usize).filter(|&b| !logs[b].lock().unwrap().iter().any(|e| matches!(e, Ok((2, _))))).collect();
+    eprintln!("after the restart: {} of {N} got the next message, all within {took:?}; server now {}", N as usize - missing.len(), sub_store.status_json().unwrap()["cluster"]["nats"]["server"]);
+    assert!(all, "{} of {N} subscriptions got nothing after the restart, e.g. branches {:?}", missing.len(), &missing[..missing.len().min(10)]);
+    let mut told = 0;
+    for (b, l) in logs.iter().enumerate() {
+        let l = l.lock().unwrap();
+        let mut expect: Option<u64> = None;
+        let mut pending = 0;
+        for e in l.iter() {
+            match e {
+                Err(m) => {
+                    pending += m.count.unwrap_or_else(|| panic!("branch {b}: a miss of unknown count: {l:?}"));
+                    told += 1;
+                }
+                Ok((_, seq)) => {
+                    if let Some(x) = expect {
+                        assert_eq!(*seq, x + pending, "branch {b}: a gap told exactly: {l:?}");
+                    }
+                    pending = 0;
+                    expect = Some(seq + 1);
+                }
+            }
+        }
+        assert_eq!(l.iter().filter_map(|e| e.as_ref().ok().map(|x| x.0)).collect::<Vec<_>>(), vec![1, 2], "branch {b}: each once, in order");
+    }
+    eprintln!("misses told: {told}");
+    drop(subs);
+}
