@@ -117,6 +117,11 @@ pub(crate) struct NatsOptions {
     pub(crate) creds_file: Option<std::path::PathBuf>,
     /// NATS user and password.
     pub(crate) user: Option<(String, String)>,
+    /// A NATS token.
+    pub(crate) token: Option<String>,
+    /// For `tls://` servers that verify clients: this process's
+    /// certificate and key (PEM files).
+    pub(crate) identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
     /// For `tls://`: the CA (PEM) that signed the servers' certificates.
     pub(crate) ca_file: Option<std::path::PathBuf>,
     /// How long a publish may take (across a failover) before it fails.
@@ -293,7 +298,8 @@ pub(crate) struct Jet {
 impl Jet {
     /// Connects to the servers of `address`. Errors: `unavailable` (none
     /// answered within the request timeout), `invalid` (TLS without a CA,
-    /// an unreadable credentials file), `auth`.
+    /// a client certificate without TLS, an unreadable credentials file),
+    /// `auth` (the servers refused the credentials given, or their lack).
     pub(crate) async fn connect(address: &NatsAddress, prefix: &str, opts: NatsOptions) -> Result<Arc<Jet>> {
         let reconnects = Arc::new(AtomicU64::new(0));
         let r = reconnects.clone();
@@ -315,15 +321,55 @@ impl Jet {
         if let Some((u, p)) = &opts.user {
             o = o.user_and_password(u.clone(), p.clone());
         }
+        if let Some(t) = &opts.token {
+            o = o.token(t.clone());
+        }
         if address.tls {
             match &opts.ca_file {
                 Some(ca) => o = o.require_tls(true).add_root_certificates(ca.clone()),
                 None => return Err(Error::invalid("the NATS servers are TLS (tls://) but no CA was given: pass the PEM file of the CA that signed their certificates as the CA option, or set TINYSTORE_CA")),
             }
+            if let Some((cert, key)) = &opts.identity {
+                o = o.add_client_certificate(cert.clone(), key.clone());
+            }
+        } else if opts.identity.is_some() {
+            return Err(Error::invalid("a NATS client certificate was given but the NATS servers are not TLS: write them as tls://HOST:PORT"));
         }
+        let given = match (&opts.user, &opts.token, &opts.creds_file) {
+            (Some((u, _)), _, _) => format!("the user {u:?} and its password were given"),
+            (_, Some(_), _) => "a token was given".to_owned(),
+            (_, _, Some(p)) => format!("the credentials file {} was given", p.display()),
+            _ => "no credentials were given".to_owned(),
+        };
         let urls: Vec<async_nats::ServerAddr> = address.urls.iter().map(|u| u.parse()).collect::<std::result::Result<_, _>>().map_err(|e| Error::invalid(format!("a NATS server URL is malformed: {e}")))?;
         let client = match tokio::time::timeout(opts.request_timeout, o.connect(urls)).await {
             Ok(Ok(c)) => c,
+            Ok(Err(e)) if matches!(e.kind(), async_nats::ConnectErrorKind::AuthorizationViolation | async_nats::ConnectErrorKind::Authentication) => {
+                return Err(Error::new(
+                    ErrorKind::Auth,
+                    format!(
+                        "the NATS servers {} refused this client ({e}; {given}): give what their authorization asks for, as connect options or in the environment: a user and password (nats_user; TINYSTORE_NATS_USER, TINYSTORE_NATS_PASSWORD), a token (nats_token; TINYSTORE_NATS_TOKEN) or a credentials file (nats_credentials; TINYSTORE_NATS_CREDS)",
+                        address.urls.join(",")
+                    ),
+                ));
+            }
+            // TLS refusals are not retried: the same certificates fail again.
+            Ok(Err(e)) if e.to_string().contains("invalid peer certificate") => {
+                return Err(Error::new(
+                    ErrorKind::Auth,
+                    format!("the certificate of the NATS servers {} is not trusted ({e}): give the PEM file of the CA that signed it as the CA option (ca_file; TINYSTORE_CA)", address.urls.join(",")),
+                ));
+            }
+            Ok(Err(e)) if ["BadCertificate", "CertificateRequired", "UnknownCA"].iter().any(|a| e.to_string().contains(a)) => {
+                let had = if opts.identity.is_some() { "the one given was refused" } else { "none was given" };
+                return Err(Error::new(
+                    ErrorKind::Auth,
+                    format!(
+                        "the NATS servers {} ask for a client certificate signed by their CA and {had} ({e}): give this process's certificate and key (nats_identity; TINYSTORE_NATS_CERT, TINYSTORE_NATS_KEY)",
+                        address.urls.join(",")
+                    ),
+                ));
+            }
             Ok(Err(e)) => return Err(nats_error(&format!("connecting to {}", address.urls.join(",")), e, ErrorKind::Unavailable)),
             Err(_) => {
                 return Err(Error::new(ErrorKind::Unavailable, format!("no NATS server of {} answered within {:?}", address.urls.join(","), opts.request_timeout)));
