@@ -82,10 +82,14 @@ impl Nats {
         let store = self.dir.path().join(&n.name);
         // max_payload: a message of 1 MiB (CHAN-07's largest) plus its
         // headers is over nats-server's default of 1 MiB.
+        // max_memory_store: each channel's stream reserves its 64 MiB on
+        // every replica, and the tests of a binary sharing one cluster make
+        // about 15 (512MB refused the 9th: "insufficient storage"); only
+        // what is stored is allocated.
         let cluster = if self.nodes.len() > 1 { format!("cluster {{ name: tinystore, listen: 127.0.0.1:{}, routes: [{}] }}\n", n.route_port, routes.join(", ")) } else { String::new() };
         format!(
             "server_name: {name}\nlisten: 127.0.0.1:{port}\nhttp: 127.0.0.1:{http}\nmax_payload: 2MB\n\
-             jetstream {{ store_dir: {store:?}, max_memory_store: 512MB, max_file_store: 16MB }}\n{cluster}{extra}\n",
+             jetstream {{ store_dir: {store:?}, max_memory_store: 4GB, max_file_store: 16MB }}\n{cluster}{extra}\n",
             name = n.name,
             port = n.port,
             http = n.http_port,
