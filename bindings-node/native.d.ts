@@ -218,6 +218,18 @@ export interface NativeConnectOptions {
   etcdCert?: string
   /** Its private key (PEM file); default `TINYSTORE_ETCD_KEY`. */
   etcdKey?: string
+  /** For `?nats=`, NATS's user; default `TINYSTORE_NATS_USER`. */
+  natsUser?: string
+  /** Its password; default `TINYSTORE_NATS_PASSWORD`. */
+  natsPassword?: string
+  /** NATS's token; default `TINYSTORE_NATS_TOKEN`. */
+  natsToken?: string
+  /** A NATS credentials file; default `TINYSTORE_NATS_CREDS`. */
+  natsCredentials?: string
+  /** For `tls://` NATS servers, this process's client certificate (PEM file); default `TINYSTORE_NATS_CERT`. */
+  natsCert?: string
+  /** Its private key (PEM file); default `TINYSTORE_NATS_KEY`. */
+  natsKey?: string
 }
 
 /** What a write did. */

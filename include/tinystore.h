@@ -306,6 +306,78 @@ typedef struct TsConnectOptions {
    * 1 when `etcd_key` is given.
    */
   uint8_t has_etcd_key;
+  /**
+   * NATS's user (when `has_nats_user` is not 0) instead of `TINYSTORE_NATS_USER`.
+   */
+  const uint8_t *nats_user;
+  /**
+   * Its length in bytes.
+   */
+  size_t nats_user_len;
+  /**
+   * 1 when `nats_user` is given.
+   */
+  uint8_t has_nats_user;
+  /**
+   * Its password (when `has_nats_password` is not 0) instead of `TINYSTORE_NATS_PASSWORD`.
+   */
+  const uint8_t *nats_password;
+  /**
+   * Its length in bytes.
+   */
+  size_t nats_password_len;
+  /**
+   * 1 when `nats_password` is given.
+   */
+  uint8_t has_nats_password;
+  /**
+   * NATS's token (when `has_nats_token` is not 0) instead of `TINYSTORE_NATS_TOKEN`.
+   */
+  const uint8_t *nats_token;
+  /**
+   * Its length in bytes.
+   */
+  size_t nats_token_len;
+  /**
+   * 1 when `nats_token` is given.
+   */
+  uint8_t has_nats_token;
+  /**
+   * A NATS credentials file (when `has_nats_credentials` is not 0) instead of `TINYSTORE_NATS_CREDS`.
+   */
+  const uint8_t *nats_credentials;
+  /**
+   * Its length in bytes.
+   */
+  size_t nats_credentials_len;
+  /**
+   * 1 when `nats_credentials` is given.
+   */
+  uint8_t has_nats_credentials;
+  /**
+   * For `tls://` NATS servers, the client certificate's PEM file (when `has_nats_cert` is not 0) instead of `TINYSTORE_NATS_CERT`.
+   */
+  const uint8_t *nats_cert;
+  /**
+   * Its length in bytes.
+   */
+  size_t nats_cert_len;
+  /**
+   * 1 when `nats_cert` is given.
+   */
+  uint8_t has_nats_cert;
+  /**
+   * Its private key's PEM file (when `has_nats_key` is not 0) instead of `TINYSTORE_NATS_KEY`.
+   */
+  const uint8_t *nats_key;
+  /**
+   * Its length in bytes.
+   */
+  size_t nats_key_len;
+  /**
+   * 1 when `nats_key` is given.
+   */
+  uint8_t has_nats_key;
 } TsConnectOptions;
 
 #ifdef __cplusplus
@@ -756,8 +828,8 @@ int32_t ts_store_open(const uint8_t *dir,
  * Connects to a store owned by another process at `address`
  * (`unix:PATH`, `tcp:HOST:PORT`, `tls:HOST:PORT`, `etcd://`, `etcds://`),
  * as `Store::connect_with`, with the options `opts` (null: every default).
- * Errors: `invalid` (also half of the etcd user and password, or of the
- * certificate and key), `io`, `auth`, `protocol`, `unavailable`.
+ * Errors: `invalid` (also half of the etcd or NATS user and password, or
+ * of a certificate and key), `io`, `auth`, `protocol`, `unavailable`.
  *
  * # Safety
  * `(address, address_len)` readable; `opts` null or readable, with each of

@@ -64,12 +64,14 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 //     [CAFile], and [EtcdIdentity] where the members ask for client
 //     certificates): a cluster store, its locks, semaphores and fences in
 //     an etcd cluster under /PREFIX/; etcd's user and password in
-//     [EtcdUser]. Its channels are on NATS JetStream when the address
-//     names NATS servers ("etcd://.../PREFIX?nats=nats://HOST:PORT,...");
-//     its SQL databases are files on this machine. See docs/cluster.md.
+//     [EtcdUser]. Its channels are on the NATS JetStream servers of
+//     "?nats=nats://HOST:PORT,..." ("tls://" for TLS), with [NatsUser],
+//     [NatsToken], [NatsCredentials] or [NatsIdentity]; its SQL databases
+//     are files on this machine. See docs/cluster.md.
 //
 // The options ([Token], [CAFile], [RequestTimeout], [EtcdUser],
-// [EtcdIdentity]) override the
+// [EtcdIdentity], [NatsUser], [NatsToken], [NatsCredentials],
+// [NatsIdentity]) override the
 // environment for this store only, so one process can connect to two
 // stores with two tokens. The store then works as an owned one; the engine
 // reconnects by itself when the connection drops, and renews leases. ctx
@@ -86,7 +88,8 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 // an unreadable etcd TLS file), [ErrIO] (nobody listens, or the CA file is
 // unreadable), [ErrAuth] (a missing or wrong token; a wrong etcd user or
 // password; a certificate the CA did not sign or that does not name HOST;
-// a client certificate etcd refused), [ErrUnavailable] (no etcd member
+// a client certificate etcd refused; NATS credentials the servers refused,
+// the message saying what to give), [ErrUnavailable] (no etcd member
 // answered within the request timeout), [ErrProtocol] (tcp: on a TLS
 // port, or tls: on a plain one), ctx.Err().
 func Connect(ctx context.Context, address string, options ...ConnectOption) (*Store, error) {
@@ -105,8 +108,8 @@ func Connect(ctx context.Context, address string, options ...ConnectOption) (*St
 }
 
 // ConnectOption is an option of [Connect]: [Token], [CAFile],
-// [RequestTimeout], [EtcdUser] or [EtcdIdentity]. One left out keeps its
-// default.
+// [RequestTimeout], [EtcdUser], [EtcdIdentity], [NatsUser], [NatsToken],
+// [NatsCredentials] or [NatsIdentity]. One left out keeps its default.
 type ConnectOption func(*native.ConnectOptions)
 
 // Token is the token for tcp: and tls: addresses, a line of the owner's
@@ -143,6 +146,37 @@ func EtcdUser(user, password string) ConnectOption {
 // client certificate.
 func EtcdIdentity(certFile, keyFile string) ConnectOption {
 	return func(o *native.ConnectOptions) { o.EtcdCert, o.EtcdKey = &certFile, &keyFile }
+}
+
+// NatsUser is, for cluster addresses with ?nats=, NATS's user and its
+// password (the servers' authorization { users = [...] }). Default: the
+// environment variables TINYSTORE_NATS_USER and TINYSTORE_NATS_PASSWORD. A
+// wrong one, or none where the servers ask, makes Connect fail with
+// [ErrAuth], the message saying what to give.
+func NatsUser(user, password string) ConnectOption {
+	return func(o *native.ConnectOptions) { o.NatsUser, o.NatsPassword = &user, &password }
+}
+
+// NatsToken is, for cluster addresses with ?nats=, the servers' token
+// (authorization { token: ... }). Default: TINYSTORE_NATS_TOKEN.
+func NatsToken(token string) ConnectOption {
+	return func(o *native.ConnectOptions) { o.NatsToken = &token }
+}
+
+// NatsCredentials is, for cluster addresses with ?nats=, the path of a
+// NATS credentials file (its JWT and nkey seed). Default: the file
+// TINYSTORE_NATS_CREDS names.
+func NatsCredentials(path string) ConnectOption {
+	return func(o *native.ConnectOptions) { o.NatsCredentials = &path }
+}
+
+// NatsIdentity is, for tls:// NATS servers that verify clients
+// (tls { verify: true }), this process's certificate and private key: the
+// paths of two PEM files (the CA is [CAFile]'s). Default: the files
+// TINYSTORE_NATS_CERT and TINYSTORE_NATS_KEY name. With nats:// servers it
+// is [ErrInvalid].
+func NatsIdentity(certFile, keyFile string) ConnectOption {
+	return func(o *native.ConnectOptions) { o.NatsCert, o.NatsKey = &certFile, &keyFile }
 }
 
 // RequestTimeout is how long a request may go unanswered (beyond a hold's

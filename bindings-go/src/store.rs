@@ -69,13 +69,49 @@ pub struct TsConnectOptions {
     pub etcd_key_len: usize,
     /// 1 when `etcd_key` is given.
     pub has_etcd_key: u8,
+    /// NATS's user (when `has_nats_user` is not 0) instead of `TINYSTORE_NATS_USER`.
+    pub nats_user: *const u8,
+    /// Its length in bytes.
+    pub nats_user_len: usize,
+    /// 1 when `nats_user` is given.
+    pub has_nats_user: u8,
+    /// Its password (when `has_nats_password` is not 0) instead of `TINYSTORE_NATS_PASSWORD`.
+    pub nats_password: *const u8,
+    /// Its length in bytes.
+    pub nats_password_len: usize,
+    /// 1 when `nats_password` is given.
+    pub has_nats_password: u8,
+    /// NATS's token (when `has_nats_token` is not 0) instead of `TINYSTORE_NATS_TOKEN`.
+    pub nats_token: *const u8,
+    /// Its length in bytes.
+    pub nats_token_len: usize,
+    /// 1 when `nats_token` is given.
+    pub has_nats_token: u8,
+    /// A NATS credentials file (when `has_nats_credentials` is not 0) instead of `TINYSTORE_NATS_CREDS`.
+    pub nats_credentials: *const u8,
+    /// Its length in bytes.
+    pub nats_credentials_len: usize,
+    /// 1 when `nats_credentials` is given.
+    pub has_nats_credentials: u8,
+    /// For `tls://` NATS servers, the client certificate's PEM file (when `has_nats_cert` is not 0) instead of `TINYSTORE_NATS_CERT`.
+    pub nats_cert: *const u8,
+    /// Its length in bytes.
+    pub nats_cert_len: usize,
+    /// 1 when `nats_cert` is given.
+    pub has_nats_cert: u8,
+    /// Its private key's PEM file (when `has_nats_key` is not 0) instead of `TINYSTORE_NATS_KEY`.
+    pub nats_key: *const u8,
+    /// Its length in bytes.
+    pub nats_key_len: usize,
+    /// 1 when `nats_key` is given.
+    pub has_nats_key: u8,
 }
 
 /// Connects to a store owned by another process at `address`
 /// (`unix:PATH`, `tcp:HOST:PORT`, `tls:HOST:PORT`, `etcd://`, `etcds://`),
 /// as `Store::connect_with`, with the options `opts` (null: every default).
-/// Errors: `invalid` (also half of the etcd user and password, or of the
-/// certificate and key), `io`, `auth`, `protocol`, `unavailable`.
+/// Errors: `invalid` (also half of the etcd or NATS user and password, or
+/// of a certificate and key), `io`, `auth`, `protocol`, `unavailable`.
 ///
 /// # Safety
 /// `(address, address_len)` readable; `opts` null or readable, with each of
@@ -109,6 +145,18 @@ pub unsafe extern "C" fn ts_store_connect(
                 .etcd_identity_parts(
                     given(o.has_etcd_cert, o.etcd_cert, o.etcd_cert_len)?.map(Into::into),
                     given(o.has_etcd_key, o.etcd_key, o.etcd_key_len)?.map(Into::into),
+                );
+            if let Some(t) = given(o.has_nats_token, o.nats_token, o.nats_token_len)? {
+                options = options.nats_token(t);
+            }
+            if let Some(f) = given(o.has_nats_credentials, o.nats_credentials, o.nats_credentials_len)? {
+                options = options.nats_credentials(f);
+            }
+            options = options
+                .nats_user_parts(given(o.has_nats_user, o.nats_user, o.nats_user_len)?, given(o.has_nats_password, o.nats_password, o.nats_password_len)?)
+                .nats_identity_parts(
+                    given(o.has_nats_cert, o.nats_cert, o.nats_cert_len)?.map(Into::into),
+                    given(o.has_nats_key, o.nats_key, o.nats_key_len)?.map(Into::into),
                 );
         }
         let store = Store::connect_with(unsafe { text(address, address_len) }?, options)?;

@@ -76,6 +76,29 @@ export interface ConnectOptions {
   /** The path of the client certificate's private key, a PEM file; see {@link ConnectOptions.etcdCert}. */
   etcdKey?: string
   /**
+   * For cluster addresses with `?nats=`: the NATS user (the servers'
+   * `authorization { users = [...] }`), given with
+   * {@link ConnectOptions.natsPassword}; one without the other is an
+   * {@link InvalidError}. Default: `TINYSTORE_NATS_USER` and
+   * `TINYSTORE_NATS_PASSWORD`.
+   */
+  natsUser?: string
+  /** The NATS user's password; see {@link ConnectOptions.natsUser}. */
+  natsPassword?: string
+  /** The NATS servers' token (`authorization { token: ... }`). Default: `TINYSTORE_NATS_TOKEN`. */
+  natsToken?: string
+  /** A NATS credentials file (JWT and nkey seed). Default: `TINYSTORE_NATS_CREDS`. */
+  natsCredentials?: string
+  /**
+   * For `tls://` NATS servers that verify clients: the path of this
+   * process's certificate, a PEM file, given with {@link ConnectOptions.natsKey}
+   * (the CA is {@link ConnectOptions.caFile}'s). Default: `TINYSTORE_NATS_CERT`
+   * and `TINYSTORE_NATS_KEY`.
+   */
+  natsCert?: string
+  /** The path of the NATS client certificate's private key; see {@link ConnectOptions.natsCert}. */
+  natsKey?: string
+  /**
    * How long a request may go unanswered (beyond a hold's `wait`) before it
    * throws a {@link TimeoutError}: `'5s'` or milliseconds. Default: 10 seconds.
    */
@@ -97,11 +120,15 @@ export interface ConnectOptions {
  * - `'etcd://HOST:PORT,HOST:PORT,.../PREFIX'` (or `etcds://` for TLS, its
  *   CA in `options.caFile`, else `TINYSTORE_CA`): a cluster store, its
  *   locks, semaphores and fences in an etcd cluster, every key under
- *   `/PREFIX`; channels fail on it, saying so. etcd's user and password
+ *   `/PREFIX`; channels fail on it without `?nats=`, saying so. etcd's user and password
  *   in `options.etcdUser` and `options.etcdPassword` and a client
  *   certificate in `options.etcdCert` and `options.etcdKey`, else from
  *   `TINYSTORE_ETCD_USER`, `TINYSTORE_ETCD_PASSWORD`, `TINYSTORE_ETCD_CERT`
- *   and `TINYSTORE_ETCD_KEY`. See `docs/cluster.md`.
+ *   and `TINYSTORE_ETCD_KEY`. Its channels are on the NATS servers of
+ *   `?nats=nats://HOST:PORT,...`, with `options.natsUser` and
+ *   `options.natsPassword`, `options.natsToken`, `options.natsCredentials`,
+ *   or `options.natsCert` and `options.natsKey` for `tls://`, else
+ *   `TINYSTORE_NATS_*`. See `docs/cluster.md`.
  *
  * ```ts
  * const store = await connect('tls:db.example.com:7443', { token, caFile: 'ca.pem', requestTimeout: '5s' })
@@ -136,6 +163,12 @@ export async function connect(address: string, options?: ConnectOptions): Promis
     etcdPassword: o.etcdPassword === undefined ? undefined : check.text('etcdPassword', o.etcdPassword, "'secret'"),
     etcdCert: o.etcdCert === undefined ? undefined : check.text('etcdCert', o.etcdCert, "'client.pem'"),
     etcdKey: o.etcdKey === undefined ? undefined : check.text('etcdKey', o.etcdKey, "'client-key.pem'"),
+    natsUser: o.natsUser === undefined ? undefined : check.text('natsUser', o.natsUser, "'app'"),
+    natsPassword: o.natsPassword === undefined ? undefined : check.text('natsPassword', o.natsPassword, "'secret'"),
+    natsToken: o.natsToken === undefined ? undefined : check.text('natsToken', o.natsToken, "'s3cret'"),
+    natsCredentials: o.natsCredentials === undefined ? undefined : check.text('natsCredentials', o.natsCredentials, "'app.creds'"),
+    natsCert: o.natsCert === undefined ? undefined : check.text('natsCert', o.natsCert, "'client.pem'"),
+    natsKey: o.natsKey === undefined ? undefined : check.text('natsKey', o.natsKey, "'client-key.pem'"),
   }
   return new Store(await now(() => native.NativeStore.connect(address, nativeOptions)))
 }

@@ -33,6 +33,18 @@ pub struct NativeConnectOptions {
     pub etcd_cert: Option<String>,
     /// Its private key (PEM file); default `TINYSTORE_ETCD_KEY`.
     pub etcd_key: Option<String>,
+    /// For `?nats=`, NATS's user; default `TINYSTORE_NATS_USER`.
+    pub nats_user: Option<String>,
+    /// Its password; default `TINYSTORE_NATS_PASSWORD`.
+    pub nats_password: Option<String>,
+    /// NATS's token; default `TINYSTORE_NATS_TOKEN`.
+    pub nats_token: Option<String>,
+    /// A NATS credentials file; default `TINYSTORE_NATS_CREDS`.
+    pub nats_credentials: Option<String>,
+    /// For `tls://` NATS servers, this process's client certificate (PEM file); default `TINYSTORE_NATS_CERT`.
+    pub nats_cert: Option<String>,
+    /// Its private key (PEM file); default `TINYSTORE_NATS_KEY`.
+    pub nats_key: Option<String>,
 }
 
 /// Runs the `tinystore` command with `args` (the first, the program's name)
@@ -86,6 +98,13 @@ impl NativeStore {
             }
             // The core refuses half a pair, naming the missing one.
             opts = opts.etcd_user_parts(o.etcd_user, o.etcd_password).etcd_identity_parts(o.etcd_cert.map(Into::into), o.etcd_key.map(Into::into));
+            if let Some(t) = o.nats_token {
+                opts = opts.nats_token(t);
+            }
+            if let Some(f) = o.nats_credentials {
+                opts = opts.nats_credentials(f);
+            }
+            opts = opts.nats_user_parts(o.nats_user, o.nats_password).nats_identity_parts(o.nats_cert.map(Into::into), o.nats_key.map(Into::into));
         }
         let store = blocking(move || Store::connect_with(&address, opts)).await?;
         Ok(NativeStore { uv: UvReader::new(&store), store })

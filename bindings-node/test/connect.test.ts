@@ -125,6 +125,9 @@ describe('connect options for etcd', () => {
     await assert.rejects(tinystore.connect('etcd://127.0.0.1:1/half', { etcdUser: 'root' }), invalid(/without the etcd password/))
     await assert.rejects(tinystore.connect('etcds://127.0.0.1:1/half', { caFile: 'ca.pem', etcdKey: 'key.pem' }), invalid(/without the etcd client certificate/))
     await assert.rejects(tinystore.connect('etcd://127.0.0.1:1/half', { etcdPassword: 7 as unknown as string }), invalid(/etcdPassword is text/))
+    await assert.rejects(tinystore.connect('etcd://127.0.0.1:1/half?nats=nats://127.0.0.1:1', { natsUser: 'app' }), invalid(/without the NATS password/))
+    await assert.rejects(tinystore.connect('etcd://127.0.0.1:1/half?nats=tls://127.0.0.1:1', { caFile: 'ca.pem', natsKey: 'key.pem' }), invalid(/without the NATS client certificate/))
+    await assert.rejects(tinystore.connect('etcd://127.0.0.1:1/half', { natsToken: 7 as unknown as string }), invalid(/natsToken is text/))
   })
 })
 

@@ -28,11 +28,12 @@ pub fn open(py: Python<'_>, dir: PathBuf) -> PyResult<Py<PyAny>> {
 }
 
 /// Connects to a store served at `address`: a `Pending`. The token, CA file,
-/// request timeout, etcd user and password, and etcd client certificate and
-/// key given override the core's defaults (the environment's, 10 s); the
+/// request timeout, etcd user and password, etcd client certificate and
+/// key, and NATS user and password, token, credentials file, client
+/// certificate and key given override the core's defaults (the environment's, 10 s); the
 /// core checks them (half a pair is `invalid`).
 #[pyfunction]
-#[pyo3(signature = (address, token=None, ca_file=None, request_timeout=None, etcd_user=None, etcd_password=None, etcd_cert=None, etcd_key=None))]
+#[pyo3(signature = (address, token=None, ca_file=None, request_timeout=None, etcd_user=None, etcd_password=None, etcd_cert=None, etcd_key=None, nats_user=None, nats_password=None, nats_token=None, nats_credentials=None, nats_cert=None, nats_key=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn connect(
     py: Python<'_>,
@@ -44,6 +45,12 @@ pub fn connect(
     etcd_password: Option<String>,
     etcd_cert: Option<PathBuf>,
     etcd_key: Option<PathBuf>,
+    nats_user: Option<String>,
+    nats_password: Option<String>,
+    nats_token: Option<String>,
+    nats_credentials: Option<PathBuf>,
+    nats_cert: Option<PathBuf>,
+    nats_key: Option<PathBuf>,
 ) -> PyResult<Py<PyAny>> {
     let mut opts = ConnectOptions::new();
     if let Some(t) = token {
@@ -55,7 +62,17 @@ pub fn connect(
     if let Some(t) = convert::opt_duration("request_timeout", request_timeout)? {
         opts = opts.request_timeout(t);
     }
-    let opts = opts.etcd_user_parts(etcd_user, etcd_password).etcd_identity_parts(etcd_cert, etcd_key);
+    if let Some(t) = nats_token {
+        opts = opts.nats_token(t);
+    }
+    if let Some(f) = nats_credentials {
+        opts = opts.nats_credentials(f);
+    }
+    let opts = opts
+        .etcd_user_parts(etcd_user, etcd_password)
+        .etcd_identity_parts(etcd_cert, etcd_key)
+        .nats_user_parts(nats_user, nats_password)
+        .nats_identity_parts(nats_cert, nats_key);
     run_blocking(py, move || Store::connect_with(&address, opts).map(|store| value(NativeStore { store })))
 }
 

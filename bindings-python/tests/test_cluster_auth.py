@@ -70,6 +70,10 @@ async def test_cluster_connect_with_a_user_but_no_password_is_invalid_naming_it(
         await tinystore.connect("etcd://127.0.0.1:1/half", etcd_user="root")
     with pytest.raises(tinystore.InvalidError, match="without the etcd client key"):
         await tinystore.connect("etcds://127.0.0.1:1/half", ca_file="ca.pem", etcd_cert="client.pem")
+    with pytest.raises(tinystore.InvalidError, match="without the NATS password"):
+        await tinystore.connect("etcd://127.0.0.1:1/half?nats=nats://127.0.0.1:1", nats_user="app")
+    with pytest.raises(tinystore.InvalidError, match="without the NATS client certificate"):
+        await tinystore.connect("etcd://127.0.0.1:1/half?nats=tls://127.0.0.1:1", ca_file="ca.pem", nats_key="key.pem")
 
 
 async def test_cluster_connect_with_a_client_certificate_holds_and_without_one_the_error_names_it(

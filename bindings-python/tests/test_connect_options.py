@@ -87,7 +87,9 @@ def test_connect_documents_its_options_and_their_defaults() -> None:
     doc = tinystore.connect.__doc__ or ""
     for words in ("token", "ca_file", "request_timeout", "TINYSTORE_TOKEN", "TINYSTORE_CA", "10 seconds",
                   "etcd_user", "etcd_password", "TINYSTORE_ETCD_USER", "TINYSTORE_ETCD_PASSWORD",
-                  "etcd_cert", "etcd_key", "TINYSTORE_ETCD_CERT", "TINYSTORE_ETCD_KEY", "AuthError"):
+                  "etcd_cert", "etcd_key", "TINYSTORE_ETCD_CERT", "TINYSTORE_ETCD_KEY", "AuthError",
+                  "nats_user", "nats_password", "TINYSTORE_NATS_USER", "TINYSTORE_NATS_PASSWORD", "nats_token",
+                  "TINYSTORE_NATS_TOKEN", "nats_credentials", "TINYSTORE_NATS_CREDS", "nats_cert", "nats_key"):
         assert words in doc, words
 
 

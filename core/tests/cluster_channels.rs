@@ -304,6 +304,49 @@ fn chan_01_nats_publish_then_close_delivers_then_ends_cleanly() {
     assert!(common::eventually(2000, || *tree.lock().unwrap() == [42]), "the recursive subscription drained too");
 }
 
+/// CHAN-01's drain on NATS, many rounds: 300 publishes in flight at once
+/// (so they go in batches), then close as soon as the store has them:
+/// each of the closing store's own subscriptions (eight on the branch, one
+/// recursive above it) gets all 300, in order, then a clean end. Close
+/// ends a subscription once its reader has read up to the branch's newest
+/// message, so that mark must not pass a message not yet in its queue.
+#[test]
+fn chan_01_nats_close_drains_every_message_to_its_own_subscription_repeated() {
+    let (c, n) = shared();
+    let (rounds, count) = (40u64, 300u64);
+    let mut short = Vec::new();
+    for round in 0..rounds {
+        let store = connect(&c, &n, "chan01drain");
+        let events = store.channel::<u64>("c").open().unwrap();
+        let its: Vec<_> = (0..8).map(|_| events.under("r").under(round).messages().unwrap()).collect();
+        let tree = Arc::new(Mutex::new(Vec::new()));
+        let t = tree.clone();
+        let _tree_sub = events.under("r").recursive().subscribe(move |m| t.lock().unwrap().push(m.value)).unwrap();
+        let branch = [Key::from("r"), Key::from(round)];
+        let sent = tinystore::runtime::block_on(futures::future::join_all((0..count).map(|i| store.publish_raw("c", &branch, i.to_string().into_bytes().into_boxed_slice()))));
+        assert!(sent.iter().all(|r| r.is_ok()), "{sent:?}");
+        store.close();
+        let all: Vec<u64> = (0..count).collect();
+        for (k, it) in its.into_iter().enumerate() {
+            let got: Vec<u64> = it
+                .map(|d| match d.unwrap() {
+                    Delivery::Message(m) => m.value,
+                    Delivery::Missed(m) => panic!("round {round}: missed {m:?}"),
+                })
+                .collect();
+            if got != all {
+                short.push(format!("round {round}, subscription {k}: {} of {count}, last {:?}", got.len(), got.last()));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let tree = tree.lock().unwrap().clone();
+        if tree != all {
+            short.push(format!("round {round}, recursive: {} of {count}, last {:?}", tree.len(), tree.last()));
+        }
+    }
+    assert!(short.is_empty(), "{} of {} subscriptions lost messages at close: {short:#?}", short.len(), rounds * 9);
+}
+
 /// CHAN-06 on NATS: branches are separate; `7` and `"7"` are one branch,
 /// `"07"` another; keys with dots, stars and spaces, and a key of 1,024
 /// bytes, are branches like any other.

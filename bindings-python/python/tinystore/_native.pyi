@@ -32,6 +32,12 @@ def connect(
     etcd_password: Optional[str] = None,
     etcd_cert: Union[str, PathLike[str], None] = None,
     etcd_key: Union[str, PathLike[str], None] = None,
+    nats_user: Optional[str] = None,
+    nats_password: Optional[str] = None,
+    nats_token: Optional[str] = None,
+    nats_credentials: Union[str, PathLike[str], None] = None,
+    nats_cert: Union[str, PathLike[str], None] = None,
+    nats_key: Union[str, PathLike[str], None] = None,
 ) -> Pending[NativeStore]: ...
 # Runs the tinystore command (args[0] is the program's name); its exit status.
 def cli(args: list[str]) -> int: ...

@@ -224,6 +224,12 @@ def connect(
     etcd_password: Optional[str] = None,
     etcd_cert: Union[str, "os.PathLike[str]", None] = None,
     etcd_key: Union[str, "os.PathLike[str]", None] = None,
+    nats_user: Optional[str] = None,
+    nats_password: Optional[str] = None,
+    nats_token: Optional[str] = None,
+    nats_credentials: Union[str, "os.PathLike[str]", None] = None,
+    nats_cert: Union[str, "os.PathLike[str]", None] = None,
+    nats_key: Union[str, "os.PathLike[str]", None] = None,
 ) -> Opening:
     """Connects to a store another process serves at ``address``; the same
     API as an owned store, reconnecting by itself when the connection drops.
@@ -237,10 +243,10 @@ def connect(
       semaphores and fences in etcd under ``/PREFIX/`` (``etcds://`` for
       TLS, with ``ca_file``, and ``etcd_cert``/``etcd_key`` when the members
       ask for client certificates); etcd's user and password in
-      ``etcd_user``/``etcd_password``. Its channels are on NATS JetStream
-      when the address names NATS servers
-      (``etcd://.../PREFIX?nats=nats://HOST:PORT,...``); its SQL databases
-      are files on this machine (see docs/cluster.md).
+      ``etcd_user``/``etcd_password``. Its channels are on the NATS
+      JetStream servers the address names (``?nats=nats://HOST:PORT,...``,
+      ``tls://`` for TLS); its SQL databases are files on this machine (see
+      docs/cluster.md).
 
     Keyword arguments, each defaulting to the environment so that a
     deployment can set them without code:
@@ -259,6 +265,17 @@ def connect(
       client certificates (``--client-cert-auth``), this process's
       certificate and private key, PEM file paths, both or neither; default
       ``TINYSTORE_ETCD_CERT`` and ``TINYSTORE_ETCD_KEY``.
+    - ``nats_user`` and ``nats_password``: for ``?nats=`` servers with
+      ``authorization { users = [...] }``, both or neither; default
+      ``TINYSTORE_NATS_USER`` and ``TINYSTORE_NATS_PASSWORD``.
+    - ``nats_token``: for ``authorization { token: ... }``; default
+      ``TINYSTORE_NATS_TOKEN``.
+    - ``nats_credentials``: a NATS credentials file (JWT and nkey seed);
+      default ``TINYSTORE_NATS_CREDS``.
+    - ``nats_cert`` and ``nats_key``: for ``tls://`` NATS servers that
+      verify clients, this process's certificate and private key, PEM file
+      paths, both or neither (the CA is ``ca_file``); default
+      ``TINYSTORE_NATS_CERT`` and ``TINYSTORE_NATS_KEY``.
     - ``request_timeout``: how long a request may go unanswered (beyond a
       hold's ``wait``) before it raises ``TimeoutError``: ``"5s"``, seconds,
       or a ``timedelta``; default 10 seconds.
@@ -269,7 +286,8 @@ def connect(
     etcd TLS file; ``IoError`` when nobody listens there or the CA file is
     unreadable; ``AuthError`` for a wrong or missing token, a wrong etcd user
     or password (or none where etcd has auth enabled), a certificate the CA
-    does not vouch for, or a client certificate etcd refused;
+    does not vouch for, a client certificate etcd refused, or NATS
+    credentials refused (the message says what to give);
     ``UnavailableError`` when no etcd member answered within the request
     timeout; ``ProtocolError`` when only one side speaks TLS. Runs off the
     event loop.
@@ -283,4 +301,8 @@ def connect(
     ca = None if ca_file is None else os.fspath(ca_file)
     cert = None if etcd_cert is None else os.fspath(etcd_cert)
     key = None if etcd_key is None else os.fspath(etcd_key)
-    return Opening(lambda: _native.connect(address, token, ca, request_timeout, etcd_user, etcd_password, cert, key))
+    creds = None if nats_credentials is None else os.fspath(nats_credentials)
+    ncert = None if nats_cert is None else os.fspath(nats_cert)
+    nkey = None if nats_key is None else os.fspath(nats_key)
+    return Opening(lambda: _native.connect(address, token, ca, request_timeout, etcd_user, etcd_password, cert, key,
+                                           nats_user, nats_password, nats_token, creds, ncert, nkey))

@@ -61,7 +61,11 @@ pub struct ConnectOptions {
     etcd_identity: (Option<PathBuf>, Option<PathBuf>),
     sql_dir: Option<PathBuf>,
     nats_creds: Option<PathBuf>,
-    nats_user: Option<(String, String)>,
+    /// NATS user and password, each as given (likewise).
+    nats_user: (Option<String>, Option<String>),
+    nats_token: Option<String>,
+    /// NATS client certificate and key, each as given (likewise).
+    nats_identity: (Option<PathBuf>, Option<PathBuf>),
 }
 
 impl ConnectOptions {
@@ -128,7 +132,35 @@ impl ConnectOptions {
     /// For cluster addresses with `?nats=`: NATS's user and password,
     /// instead of `TINYSTORE_NATS_USER` and `TINYSTORE_NATS_PASSWORD`.
     pub fn nats_user(mut self, user: impl Into<String>, password: impl Into<String>) -> ConnectOptions {
-        self.nats_user = Some((user.into(), password.into()));
+        self.nats_user = (Some(user.into()), Some(password.into()));
+        self
+    }
+    /// [`nats_user`](ConnectOptions::nats_user) for a binding whose user and
+    /// password arrive as two optional arguments: `None` for both keeps the
+    /// environment's; one without the other makes the connect fail with
+    /// `invalid`, saying which is missing.
+    pub fn nats_user_parts(mut self, user: Option<String>, password: Option<String>) -> ConnectOptions {
+        self.nats_user = (user, password);
+        self
+    }
+    /// For cluster addresses with `?nats=`: the token the NATS servers'
+    /// `authorization { token: ... }` asks for, instead of `TINYSTORE_NATS_TOKEN`.
+    pub fn nats_token(mut self, token: impl Into<String>) -> ConnectOptions {
+        self.nats_token = Some(token.into());
+        self
+    }
+    /// For `tls://` NATS servers that verify clients (`tls { verify: true }`):
+    /// this process's certificate and private key, PEM files, instead of
+    /// `TINYSTORE_NATS_CERT` and `TINYSTORE_NATS_KEY`. The CA is
+    /// [`ca_file`](ConnectOptions::ca_file)'s.
+    pub fn nats_identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> ConnectOptions {
+        self.nats_identity = (Some(cert.into()), Some(key.into()));
+        self
+    }
+    /// [`nats_identity`](ConnectOptions::nats_identity) as two optional
+    /// arguments, as [`nats_user_parts`](ConnectOptions::nats_user_parts).
+    pub fn nats_identity_parts(mut self, cert: Option<PathBuf>, key: Option<PathBuf>) -> ConnectOptions {
+        self.nats_identity = (cert, key);
         self
     }
     /// For `tls:` and `etcds://` addresses (and `tls://` NATS servers): a PEM file of the CA certificate(s) that signed
@@ -166,10 +198,15 @@ impl ConnectOptions {
         let request_timeout = self.request_timeout.unwrap_or(crate::base::limits::REQUEST_TIMEOUT);
         let nats = crate::net::nats::NatsOptions {
             creds_file: self.nats_creds.or_else(|| env("TINYSTORE_NATS_CREDS")),
-            user: self.nats_user.or_else(|| match (std::env::var("TINYSTORE_NATS_USER"), std::env::var("TINYSTORE_NATS_PASSWORD")) {
-                (Ok(u), Ok(p)) if !u.is_empty() => Some((u, p)),
-                _ => None,
+            user: both(self.nats_user, ("NATS user", "NATS password"), "TINYSTORE_NATS_USER and TINYSTORE_NATS_PASSWORD")?.or_else(|| {
+                match (std::env::var("TINYSTORE_NATS_USER"), std::env::var("TINYSTORE_NATS_PASSWORD")) {
+                    (Ok(u), Ok(p)) if !u.is_empty() => Some((u, p)),
+                    _ => None,
+                }
             }),
+            token: self.nats_token.or_else(|| std::env::var("TINYSTORE_NATS_TOKEN").ok().filter(|t| !t.is_empty())),
+            identity: both(self.nats_identity, ("NATS client certificate", "NATS client key"), "TINYSTORE_NATS_CERT and TINYSTORE_NATS_KEY")?
+                .or_else(|| Some((env("TINYSTORE_NATS_CERT")?, env("TINYSTORE_NATS_KEY")?))),
             ca_file: ca_file.clone(),
             request_timeout,
         };

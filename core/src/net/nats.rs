@@ -128,6 +128,11 @@ pub(crate) struct NatsOptions {
     pub(crate) creds_file: Option<std::path::PathBuf>,
     /// NATS user and password.
     pub(crate) user: Option<(String, String)>,
+    /// A NATS token.
+    pub(crate) token: Option<String>,
+    /// For `tls://` servers that verify clients: this process's
+    /// certificate and key (PEM files).
+    pub(crate) identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
     /// For `tls://`: the CA (PEM) that signed the servers' certificates.
     pub(crate) ca_file: Option<std::path::PathBuf>,
     /// How long a publish may take (across a failover) before it fails.
@@ -306,7 +311,8 @@ pub(crate) struct Jet {
 impl Jet {
     /// Connects to the servers of `address`. Errors: `unavailable` (none
     /// answered within the request timeout), `invalid` (TLS without a CA,
-    /// an unreadable credentials file), `auth`.
+    /// a client certificate without TLS, an unreadable credentials file),
+    /// `auth` (the servers refused the credentials given, or their lack).
     pub(crate) async fn connect(address: &NatsAddress, prefix: &str, opts: NatsOptions) -> Result<Arc<Jet>> {
         let reconnects = Arc::new(AtomicU64::new(0));
         let r = reconnects.clone();
@@ -328,15 +334,55 @@ impl Jet {
         if let Some((u, p)) = &opts.user {
             o = o.user_and_password(u.clone(), p.clone());
         }
+        if let Some(t) = &opts.token {
+            o = o.token(t.clone());
+        }
         if address.tls {
             match &opts.ca_file {
                 Some(ca) => o = o.require_tls(true).add_root_certificates(ca.clone()),
                 None => return Err(Error::invalid("the NATS servers are TLS (tls://) but no CA was given: pass the PEM file of the CA that signed their certificates as the CA option, or set TINYSTORE_CA")),
             }
+            if let Some((cert, key)) = &opts.identity {
+                o = o.add_client_certificate(cert.clone(), key.clone());
+            }
+        } else if opts.identity.is_some() {
+            return Err(Error::invalid("a NATS client certificate was given but the NATS servers are not TLS: write them as tls://HOST:PORT"));
         }
+        let given = match (&opts.user, &opts.token, &opts.creds_file) {
+            (Some((u, _)), _, _) => format!("the user {u:?} and its password were given"),
+            (_, Some(_), _) => "a token was given".to_owned(),
+            (_, _, Some(p)) => format!("the credentials file {} was given", p.display()),
+            _ => "no credentials were given".to_owned(),
+        };
         let urls: Vec<async_nats::ServerAddr> = address.urls.iter().map(|u| u.parse()).collect::<std::result::Result<_, _>>().map_err(|e| Error::invalid(format!("a NATS server URL is malformed: {e}")))?;
         let client = match tokio::time::timeout(opts.request_timeout, o.connect(urls)).await {
             Ok(Ok(c)) => c,
+            Ok(Err(e)) if matches!(e.kind(), async_nats::ConnectErrorKind::AuthorizationViolation | async_nats::ConnectErrorKind::Authentication) => {
+                return Err(Error::new(
+                    ErrorKind::Auth,
+                    format!(
+                        "the NATS servers {} refused this client ({e}; {given}): give what their authorization asks for, as connect options or in the environment: a user and password (nats_user; TINYSTORE_NATS_USER, TINYSTORE_NATS_PASSWORD), a token (nats_token; TINYSTORE_NATS_TOKEN) or a credentials file (nats_credentials; TINYSTORE_NATS_CREDS)",
+                        address.urls.join(",")
+                    ),
+                ));
+            }
+            // TLS refusals are not retried: the same certificates fail again.
+            Ok(Err(e)) if e.to_string().contains("invalid peer certificate") => {
+                return Err(Error::new(
+                    ErrorKind::Auth,
+                    format!("the certificate of the NATS servers {} is not trusted ({e}): give the PEM file of the CA that signed it as the CA option (ca_file; TINYSTORE_CA)", address.urls.join(",")),
+                ));
+            }
+            Ok(Err(e)) if ["BadCertificate", "CertificateRequired", "UnknownCA"].iter().any(|a| e.to_string().contains(a)) => {
+                let had = if opts.identity.is_some() { "the one given was refused" } else { "none was given" };
+                return Err(Error::new(
+                    ErrorKind::Auth,
+                    format!(
+                        "the NATS servers {} ask for a client certificate signed by their CA and {had} ({e}): give this process's certificate and key (nats_identity; TINYSTORE_NATS_CERT, TINYSTORE_NATS_KEY)",
+                        address.urls.join(",")
+                    ),
+                ));
+            }
             Ok(Err(e)) => return Err(nats_error(&format!("connecting to {}", address.urls.join(",")), e, ErrorKind::Unavailable)),
             Err(_) => {
                 return Err(Error::new(ErrorKind::Unavailable, format!("no NATS server of {} answered within {:?}", address.urls.join(","), opts.request_timeout)));
@@ -958,7 +1004,8 @@ struct SubShared {
     channel: String,
     filter: String,
     scope: Scope,
-    /// The newest stream sequence its consumer gave (for close's drain).
+    /// The newest stream sequence its consumer gave, once that message is
+    /// queued (close's drain ends the subscription when it is the newest).
     read_upto: AtomicU64,
     /// Its consumer's last message said nothing more was pending.
     caught_up: AtomicBool,
@@ -1083,14 +1130,16 @@ impl Reader {
             quiet_checks = 0;
             match next {
                 Some(Ok(m)) => {
-                    if let Ok(info) = m.info() {
-                        shared.caught_up.store(info.pending == 0, Ordering::Release);
-                        shared.read_upto.fetch_max(info.stream_sequence, Ordering::AcqRel);
-                    }
                     if let Some(events) = self.take(&m) {
                         for e in events {
                             shared.push(e);
                         }
+                    }
+                    // Only once its events are queued: close ends the
+                    // subscription when this reaches the branch's newest.
+                    if let Ok(info) = m.info() {
+                        shared.read_upto.fetch_max(info.stream_sequence, Ordering::AcqRel);
+                        shared.caught_up.store(info.pending == 0, Ordering::Release);
                     }
                 }
                 Some(Err(_)) | None => {
@@ -1182,7 +1231,16 @@ impl NatsSubscription {
         if st.stopped {
             return Poll::Ready(None);
         }
-        if let Some(m) = st.dropped.take() {
+        // Misses in a row are told as one, before the next message: those
+        // the queue dropped and a gap queued behind them (a reader frozen
+        // while its consumer read on).
+        let mut missed = st.dropped.take();
+        while matches!(st.queue.front(), Some(Event::Missed(_))) {
+            if let Some(Event::Missed(m)) = st.queue.pop_front() {
+                missed = Some(merge(missed, m));
+            }
+        }
+        if let Some(m) = missed {
             return Poll::Ready(Some(Event::Missed(m)));
         }
         match st.queue.pop_front() {
@@ -1248,6 +1306,31 @@ mod tests {
         assert_eq!(n.subject("chat", &[Key::from(7)]), n.subject("chat", &[Key::from("7")]), "7 and \"7\" are one key (CHAN-06)");
         assert_ne!(n.subject("chat", &[Key::from("a"), Key::from("b")]), n.subject("chat", &[Key::from("a.b")]));
         assert_eq!(n.stream("chat_x"), "ts-team_2Fapp-chat_5Fx");
+    }
+
+    /// CHAN-02: the queue dropped its oldest while a gap waited behind
+    /// them (a reader frozen while its consumer read on): one miss of both.
+    #[test]
+    fn misses_in_a_row_are_told_once_with_their_sum() {
+        let shared = Arc::new(SubShared {
+            state: Mutex::new(SubState::default()),
+            stop: tokio::sync::Notify::new(),
+            channel: "c".into(),
+            filter: "f".into(),
+            scope: Scope::Branch,
+            read_upto: AtomicU64::new(0),
+            caught_up: AtomicBool::new(false),
+        });
+        let msg = |seq| Event::Message(Arc::new(Msg { branch: vec![Key::from(1)].into(), seq, data: b"1".to_vec().into() }));
+        (1..=10).for_each(|s| shared.push(msg(s)));
+        shared.push(Event::Missed(Missed { count: Some(5), reason: MissedReason::Behind }));
+        (16..16 + BRANCH_MESSAGES as u64).for_each(|s| shared.push(msg(s)));
+        let sub = NatsSubscription(shared);
+        match sub.read(None) {
+            Poll::Ready(Some(Event::Missed(m))) => assert_eq!((m.count, m.reason), (Some(15), MissedReason::Behind)),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(sub.read(None), Poll::Ready(Some(Event::Message(m))) if m.seq == 16));
     }
 
     #[test]

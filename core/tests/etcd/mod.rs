@@ -43,7 +43,7 @@ pub struct Pki {
     pub other_ca: PathBuf,
 }
 
-fn pki(dir: &std::path::Path) -> Pki {
+pub fn pki(dir: &std::path::Path) -> Pki {
     use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();

@@ -24,6 +24,8 @@ pub struct Node {
 pub struct Nats {
     pub dir: tempfile::TempDir,
     pub nodes: Vec<Node>,
+    /// More of each node's config (an `authorization` block, `tls`).
+    extra: String,
 }
 
 fn free_port() -> u16 {
@@ -52,7 +54,7 @@ impl Nats {
     pub fn start() -> Nats {
         let dir = tempfile::Builder::new().prefix("tinystore-nats").tempdir().expect("temp dir");
         let nodes = (0..3).map(|i| Node { name: format!("n{i}"), port: free_port(), route_port: free_port(), http_port: free_port(), child: None }).collect();
-        let mut c = Nats { dir, nodes };
+        let mut c = Nats { dir, nodes, extra: String::new() };
         for i in 0..3 {
             c.spawn(i);
         }
@@ -62,21 +64,36 @@ impl Nats {
         c
     }
 
+    /// One node with JetStream, not clustered (streams of 1 replica:
+    /// `&replicas=1`), with `extra` in its config (an `authorization`
+    /// block, a `tls` block); waits until it is healthy.
+    pub fn start_single(extra: &str) -> Nats {
+        let dir = tempfile::Builder::new().prefix("tinystore-nats").tempdir().expect("temp dir");
+        let nodes = vec![Node { name: "n0".into(), port: free_port(), route_port: free_port(), http_port: free_port(), child: None }];
+        let mut c = Nats { dir, nodes, extra: extra.to_owned() };
+        c.spawn(0);
+        c.wait_healthy(0, Duration::from_secs(30));
+        c
+    }
+
     fn config(&self, i: usize) -> String {
         let n = &self.nodes[i];
         let routes: Vec<String> = self.nodes.iter().map(|m| format!("nats-route://127.0.0.1:{}", m.route_port)).collect();
         let store = self.dir.path().join(&n.name);
         // max_payload: a message of 1 MiB (CHAN-07's largest) plus its
         // headers is over nats-server's default of 1 MiB.
+        // max_memory_store: each channel's stream reserves its 64 MiB on
+        // every replica, and the tests of a binary sharing one cluster make
+        // about 15 (512MB refused the 9th: "insufficient storage"); only
+        // what is stored is allocated.
+        let cluster = if self.nodes.len() > 1 { format!("cluster {{ name: tinystore, listen: 127.0.0.1:{}, routes: [{}] }}\n", n.route_port, routes.join(", ")) } else { String::new() };
         format!(
             "server_name: {name}\nlisten: 127.0.0.1:{port}\nhttp: 127.0.0.1:{http}\nmax_payload: 2MB\n\
-             jetstream {{ store_dir: {store:?}, max_memory_store: 512MB, max_file_store: 16MB }}\n\
-             cluster {{ name: tinystore, listen: 127.0.0.1:{route}, routes: [{routes}] }}\n",
+             jetstream {{ store_dir: {store:?}, max_memory_store: 4GB, max_file_store: 16MB }}\n{cluster}{extra}\n",
             name = n.name,
             port = n.port,
             http = n.http_port,
-            route = n.route_port,
-            routes = routes.join(", "),
+            extra = self.extra,
         )
     }
 

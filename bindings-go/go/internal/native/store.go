@@ -44,13 +44,19 @@ func openStore(dir string) (*Store, error) {
 // ConnectOptions are what ConnectStore takes instead of the core's
 // defaults; nil fields keep them.
 type ConnectOptions struct {
-	Token          *string
-	CAFile         *string
-	RequestTimeout time.Duration // 0: the default
-	EtcdUser       *string
-	EtcdPassword   *string
-	EtcdCert       *string
-	EtcdKey        *string
+	Token           *string
+	CAFile          *string
+	RequestTimeout  time.Duration // 0: the default
+	EtcdUser        *string
+	EtcdPassword    *string
+	EtcdCert        *string
+	EtcdKey         *string
+	NatsUser        *string
+	NatsPassword    *string
+	NatsToken       *string
+	NatsCredentials *string
+	NatsCert        *string
+	NatsKey         *string
 }
 
 // ConnectStore connects to a store served at address; ctx ends the wait.
@@ -75,6 +81,12 @@ func connectStore(address string, o ConnectOptions) (*Store, error) {
 	password, hasPassword := given(o.EtcdPassword)
 	cert, hasCert := given(o.EtcdCert)
 	key, hasKey := given(o.EtcdKey)
+	nUser, hasNUser := given(o.NatsUser)
+	nPassword, hasNPassword := given(o.NatsPassword)
+	nToken, hasNToken := given(o.NatsToken)
+	nCreds, hasNCreds := given(o.NatsCredentials)
+	nCert, hasNCert := given(o.NatsCert)
+	nKey, hasNKey := given(o.NatsKey)
 	ms := C.uint64_t(0)
 	if o.RequestTimeout > 0 {
 		ms = C.uint64_t(max(o.RequestTimeout.Milliseconds(), 1))
@@ -83,7 +95,7 @@ func connectStore(address string, o ConnectOptions) (*Store, error) {
 	// allows that only for pinned memory.
 	var pins runtime.Pinner
 	defer pins.Unpin()
-	for _, s := range []string{token, ca, user, password, cert, key} {
+	for _, s := range []string{token, ca, user, password, cert, key, nUser, nPassword, nToken, nCreds, nCert, nKey} {
 		if len(s) > 0 {
 			pins.Pin(unsafe.StringData(s))
 		}
@@ -94,14 +106,26 @@ func connectStore(address string, o ConnectOptions) (*Store, error) {
 	pw, pwn := ptr(password)
 	ce, cen := ptr(cert)
 	k, kn := ptr(key)
+	nu, nun := ptr(nUser)
+	np, npn := ptr(nPassword)
+	nt, ntn := ptr(nToken)
+	ncr, ncrn := ptr(nCreds)
+	nc, ncn := ptr(nCert)
+	nk, nkn := ptr(nKey)
 	opts := C.struct_TsConnectOptions{
 		token: t, token_len: tn, has_token: hasToken,
 		ca_file: c, ca_file_len: cn, has_ca_file: hasCA,
 		request_timeout_ms: ms,
-		etcd_user: u, etcd_user_len: un, has_etcd_user: hasUser,
+		etcd_user:          u, etcd_user_len: un, has_etcd_user: hasUser,
 		etcd_password: pw, etcd_password_len: pwn, has_etcd_password: hasPassword,
 		etcd_cert: ce, etcd_cert_len: cen, has_etcd_cert: hasCert,
 		etcd_key: k, etcd_key_len: kn, has_etcd_key: hasKey,
+		nats_user: nu, nats_user_len: nun, has_nats_user: hasNUser,
+		nats_password: np, nats_password_len: npn, has_nats_password: hasNPassword,
+		nats_token: nt, nats_token_len: ntn, has_nats_token: hasNToken,
+		nats_credentials: ncr, nats_credentials_len: ncrn, has_nats_credentials: hasNCreds,
+		nats_cert: nc, nats_cert_len: ncn, has_nats_cert: hasNCert,
+		nats_key: nk, nats_key_len: nkn, has_nats_key: hasNKey,
 	}
 	code := C.ts_store_connect(a, n, &opts, &p, &e)
 	if err := errorOf(code, e); err != nil {
