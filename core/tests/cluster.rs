@@ -492,15 +492,6 @@ fn store_cluster_sql_databases_are_files_on_this_machine() {
     assert!(d.path().join("app.db").exists());
 }
 
-fn worker(args: &[&str], sql_dir: &std::path::Path) -> std::process::Child {
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_tinystore")).parent().unwrap().join("examples/worker");
-    std::process::Command::new(bin)
-        .args(args)
-        .env("TINYSTORE_CLUSTER_SQL_DIR", sql_dir)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("the worker example: run the whole `cargo test -p tinystore`, which builds examples")
-}
 
 /// LOCK-05 and FENCE-02 on a cluster, across processes: a holder process
 /// frozen (SIGSTOP) past its ttl loses the key to another when etcd lets
@@ -516,7 +507,7 @@ fn lock_05_fence_02_cluster_frozen_holder_loses_key_and_its_late_write_is_refuse
     let db = store.database("chat").open().unwrap();
     db.exec("create table chats (id integer primary key, summary text, summary_fence text not null default '')").unwrap();
     db.exec("insert into chats (id) values (7)").unwrap();
-    let mut a = worker(&["hold", &address, "1000", "7"], d.path());
+    let mut a = common::cluster_worker(&["hold", &address, "1000", "7"], d.path());
     let mut out = std::io::BufReader::new(a.stdout.take().unwrap());
     let mut first = String::new();
     out.read_line(&mut first).unwrap();

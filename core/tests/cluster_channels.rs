@@ -711,15 +711,6 @@ fn chan_03_nats_transactions_of_several_writers_arrive_in_commit_order() {
     assert!(next(&mut it, 300).is_none(), "nothing twice");
 }
 
-fn worker(args: &[&str], sql_dir: &std::path::Path) -> std::process::Child {
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_tinystore")).parent().unwrap().join("examples/worker");
-    std::process::Command::new(bin)
-        .args(args)
-        .env("TINYSTORE_CLUSTER_SQL_DIR", sql_dir)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("the worker example: run the whole `cargo test -p tinystore`, which builds examples")
-}
 
 /// The rows the worker's messages (`{"row": N, ...}` on order/all) name.
 fn rows_of(it: &mut tinystore::Messages<serde_json::Value>, ms: u64) -> Vec<i64> {
@@ -747,7 +738,7 @@ fn kill_a_worker_at(c: &Cluster, n: &Nats, prefix: &str, sql: &std::path::Path, 
     let address = address(c, n, prefix);
     let mut args = vec!["tx", &address, "5", "3"];
     args.extend_from_slice(mode);
-    let mut w = worker(&args, sql);
+    let mut w = common::cluster_worker(&args, sql);
     let mut line = String::new();
     std::io::BufReader::new(w.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let stalled: i64 = line.trim().strip_prefix("stalled ").unwrap_or_else(|| panic!("the worker said {line:?}")).parse().unwrap();
