@@ -507,7 +507,7 @@ fn lock_05_fence_02_cluster_frozen_holder_loses_key_and_its_late_write_is_refuse
     let db = store.database("chat").open().unwrap();
     db.exec("create table chats (id integer primary key, summary text, summary_fence text not null default '')").unwrap();
     db.exec("insert into chats (id) values (7)").unwrap();
-    let mut a = common::cluster_worker(&["hold", &address, "1000", "7"], d.path());
+    let mut a = etcd::cluster_worker(&["hold", &address, "1000", "7"], d.path());
     let mut out = std::io::BufReader::new(a.stdout.take().unwrap());
     let mut first = String::new();
     out.read_line(&mut first).unwrap();

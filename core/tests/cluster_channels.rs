@@ -738,7 +738,7 @@ fn kill_a_worker_at(c: &Cluster, n: &Nats, prefix: &str, sql: &std::path::Path, 
     let address = address(c, n, prefix);
     let mut args = vec!["tx", &address, "5", "3"];
     args.extend_from_slice(mode);
-    let mut w = common::cluster_worker(&args, sql);
+    let mut w = etcd::cluster_worker(&args, sql);
     let mut line = String::new();
     std::io::BufReader::new(w.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let stalled: i64 = line.trim().strip_prefix("stalled ").unwrap_or_else(|| panic!("the worker said {line:?}")).parse().unwrap();

@@ -146,15 +146,3 @@ pub mod proxy {
         });
     }
 }
-
-/// A worker process (core/examples/worker.rs) of a cluster store, its
-/// SQL databases in `sql_dir`, its stdout piped.
-pub fn cluster_worker(args: &[&str], sql_dir: &std::path::Path) -> std::process::Child {
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_tinystore")).parent().unwrap().join("examples/worker");
-    std::process::Command::new(bin)
-        .args(args)
-        .env("TINYSTORE_CLUSTER_SQL_DIR", sql_dir)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("the worker example: run the whole `cargo test -p tinystore`, which builds examples")
-}
