@@ -603,12 +603,13 @@ impl Jet {
                     }
                 },
             };
+            // What the message is found by: its outbox id, else its own.
+            let (tag_header, tag) = match outbox {
+                Some(o) => (OUTBOX_HEADER, o),
+                None => (ID_HEADER, id.as_str()),
+            };
             if let Some(after) = maybe_after {
-                let found = match outbox {
-                    Some(o) => find_tagged(&s, subject, OUTBOX_HEADER, o, Some(after)).await,
-                    None => find_tagged(&s, subject, ID_HEADER, &id, Some(after)).await,
-                };
-                match found {
+                match find_tagged(&s, subject, tag_header, tag, Some(after)).await {
                     Ok(Some(_)) => {
                         *last = None;
                         return Ok(());
@@ -629,10 +630,10 @@ impl Jet {
             if count > 1 {
                 msg = msg.header(COUNT_HEADER, count.to_string().as_str());
             }
-            msg = match outbox {
-                Some(o) => msg.message_id(&id).header(OUTBOX_HEADER, o),
-                None => msg.header(ID_HEADER, id.as_str()),
-            };
+            msg = msg.header(tag_header, tag);
+            if outbox.is_some() {
+                msg = msg.message_id(&id);
+            }
             let sent = match self.js.send_publish(subject.to_owned(), msg).await {
                 Ok(ack) => ack.await,
                 Err(e) => Err(e),
