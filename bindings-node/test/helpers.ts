@@ -3,7 +3,7 @@
 // on a real 3-member etcd cluster and a real 3-node NATS cluster (its
 // channels) this process starts.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { basename, join } from 'node:path'
 import { get } from 'node:http'
@@ -49,16 +49,54 @@ export const CHAN_MODES: readonly Mode[] = LOCK_MODES
  */
 export const CLUSTER_TIMEOUT = '30s'
 
-/** A loopback port nobody listens on now (the OS's pick). */
+/**
+ * The ports {@link freePort} tries: below (else above) the kernel's
+ * ephemeral range. A port the OS picks on listen(0) lies in that range,
+ * where any outgoing connection (etcdctl's health checks, the members'
+ * own) may take it as its local port before the server binds it, and the
+ * server then exits with "address already in use".
+ */
+const PORT_BAND: readonly [number, number] = (() => {
+  let [lo, hi] = [32768, 60999]
+  try {
+    ;[lo, hi] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number) as [number, number]
+  } catch {
+    // not Linux: the usual range
+  }
+  return lo >= 3024 ? [Math.max(2024, lo - 20_000), lo] : [hi + 1, 65536]
+})()
+// each process starts at its own place in the band, so test processes
+// running at once rarely try the same ports
+let nextPort = (process.pid * 7919 + Date.now()) % 1_000_000
+
+/** A loopback port nobody listens on now, outside the ephemeral range ({@link PORT_BAND}); successive calls give different ports. */
 async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const port = (server.address() as { port: number }).port
-      server.close(() => resolve(port))
+  const [start, end] = PORT_BAND
+  for (let i = 0; i < end - start; i++) {
+    const port = start + (nextPort++ % (end - start))
+    const ok = await new Promise<boolean>((resolve) => {
+      const server = createServer()
+      server.once('error', () => resolve(false))
+      server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)))
     })
-  })
+    if (ok) return port
+  }
+  throw new Error(`no free loopback port in ${start}..${end}`)
+}
+
+/** The last `n` lines of each of the logs `names` in `dir`, for an error that says why a server did not come up (the directory is removed with it). */
+function logTails(dir: string, names: string[], n: number): string {
+  return names
+    .map((name) => {
+      let lines: string[]
+      try {
+        lines = readFileSync(join(dir, name), 'utf8').trimEnd().split('\n')
+      } catch (e) {
+        lines = [String(e)]
+      }
+      return `${name}:\n${lines.slice(-n).join('\n')}`
+    })
+    .join('\n')
 }
 
 /**
@@ -132,7 +170,7 @@ export async function startEtcd(): Promise<EtcdCluster> {
       const h = spawnSync('etcdctl', [`--endpoints=${endpoints}`, 'endpoint', 'health'], { env: { ...process.env, ETCDCTL_API: '3' } })
       if (h.error) throw new Error(`could not run etcdctl (${h.error.message}): install Debian's etcd-client (\`make test\` does)`)
       if (h.status === 0) return
-      if (Date.now() > deadline) throw new Error(`the etcd cluster did not become healthy within 20 s; logs in ${dir}`)
+      if (Date.now() > deadline) throw new Error(`the etcd cluster did not become healthy within 20 s; ${logTails(dir, ['m0.log', 'm1.log', 'm2.log'], 3)}`)
       await sleep(100)
     }
   })()
@@ -219,7 +257,7 @@ export async function startNats(): Promise<NatsCluster> {
     for (const p of ports) {
       // ok once JetStream has a meta leader
       while (!(await healthz(p.http))) {
-        if (Date.now() > deadline) throw new Error(`nats-server did not become healthy within 30 s; logs in ${dir}`)
+        if (Date.now() > deadline) throw new Error(`nats-server did not become healthy within 30 s; ${logTails(dir, ['n0.log', 'n1.log', 'n2.log'], 5)}`)
         await sleep(100)
       }
     }

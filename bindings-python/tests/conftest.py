@@ -44,10 +44,56 @@ MIGRATIONS = HERE / "migrations"
 VECTORS = HERE.parent.parent / "tests" / "vectors" / "fences.json"
 
 
+def _port_band() -> range:
+    """Ports below (else above) the kernel's ephemeral range: a port the OS
+    picks on bind(0) lies in that range, where any outgoing connection
+    (etcdctl's health checks, the members' own) may take it as its local
+    port before the server binds it, and the server then exits with
+    "address already in use"."""
+    try:
+        lo, hi = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        lo, hi = 32768, 60999
+    return range(max(2024, lo - 20000), lo) if lo >= 3024 else range(hi + 1, 65536)
+
+
+_BAND = _port_band()
+# each process starts at its own place in the band, so test processes
+# running at once rarely try the same ports
+_next_port = (os.getpid() * 2654435761 + time.time_ns()) % max(len(_BAND), 1)
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nobody listens on now, outside the ephemeral range
+    (see _port_band); successive calls give different ports."""
+    global _next_port
+    if len(_BAND) < 1000:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    for _ in range(len(_BAND)):
+        port = _BAND[_next_port % len(_BAND)]
+        _next_port += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {_BAND}")
+
+
+def _log_tails(paths: list[Path], n: int) -> str:
+    """The last `n` lines of each log, for an error that says why a server
+    did not come up (its directory is removed with it)."""
+    out = []
+    for p in paths:
+        try:
+            lines = p.read_text(errors="replace").splitlines()
+        except OSError as e:
+            lines = [f"({e})"]
+        out.append(f"{p.name}:\n" + "\n".join(lines[-n:]))
+    return "\n".join(out)
 
 
 def make_pki(dir: Path) -> dict[str, Path]:
@@ -105,8 +151,9 @@ class EtcdCluster:
         deadline = time.monotonic() + 20
         while self.etcdctl("endpoint", "health", check=False).returncode != 0:
             if time.monotonic() > deadline:
+                logs = _log_tails([self.dir / f"m{i}.log" for i in range(members)], 3)
                 self.stop()
-                raise RuntimeError(f"etcd did not become healthy; logs in {self.dir}")
+                raise RuntimeError(f"etcd did not become healthy within 20 s; {logs}")
             time.sleep(0.1)
 
     def etcdctl(self, *args: str, check: bool = True) -> "subprocess.CompletedProcess[str]":
@@ -168,8 +215,9 @@ class NatsCluster:
         for _, _, h in self.ports:  # /healthz is ok once JetStream has a meta leader
             while not self._healthy(h):
                 if time.monotonic() > deadline:
+                    logs = _log_tails([self.dir / f"n{i}.log" for i in range(3)], 5)
                     self.stop()
-                    raise RuntimeError(f"nats-server did not become healthy within 30 s; logs in {self.dir}")
+                    raise RuntimeError(f"nats-server did not become healthy within 30 s; {logs}")
                 time.sleep(0.1)
 
     @staticmethod

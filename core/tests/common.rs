@@ -146,3 +146,47 @@ pub mod proxy {
         });
     }
 }
+
+/// A loopback port nobody listens on now, for a server a test starts
+/// (an etcd member, a nats-server node, a `tcp:` listener), taken below
+/// (else above) the kernel's ephemeral range
+/// (`/proc/sys/net/ipv4/ip_local_port_range`). A port the OS picks on
+/// `bind(0)` lies in that range, where any outgoing connection (etcdctl's
+/// health checks, the members' own) may take it as its local port before
+/// the server binds it, and the server then exits with "address already in
+/// use". Successive calls give different ports.
+pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static TRIED: AtomicU32 = AtomicU32::new(0);
+    let (lo, hi) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|n| n.parse::<u32>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    let (start, end) = if lo >= 2024 + 1000 { (lo.saturating_sub(20_000).max(2024), lo) } else { (hi + 1, 65536) };
+    let span = end.saturating_sub(start);
+    if span < 1000 {
+        return std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port").local_addr().unwrap().port();
+    }
+    // Each process starts at its own place in the band, so test processes
+    // running at once rarely try the same ports.
+    let seed = std::process::id().wrapping_mul(2_654_435_761) ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    let _ = TRIED.compare_exchange(0, seed | 1, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..span {
+        let port = (start + TRIED.fetch_add(1, Ordering::Relaxed) % span) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {start}..{end}")
+}
+
+/// The last `n` lines of the log at `path`, for a panic that names why a
+/// server a test started did not come up (its directory goes with the test).
+pub fn log_tail(path: &std::path::Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| format!("({}: {e})", path.display()));
+    let lines: Vec<&str> = text.lines().collect();
+    format!("{}:\n{}", path.display(), lines[lines.len().saturating_sub(n)..].join("\n"))
+}

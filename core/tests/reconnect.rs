@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::free_port;
 use tinystore::{ConnectOptions, Delivery, ErrorKind, Missed, MissedReason, Store};
 
 struct Server(Child);
@@ -118,10 +119,6 @@ fn store_02_an_unreachable_store_fails_calls_with_unavailable_within_the_timeout
     store.close();
     let e = events.under(1).publish(&3).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Closed, "after close: {e}");
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// STORE-01: the owner served `tcp:` too and is killed; the process that

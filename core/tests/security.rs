@@ -10,11 +10,8 @@ use std::time::Duration;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use common::free_port;
 use tinystore::{ConnectOptions, Delivery, Store};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 #[test]
 fn sec_01_tcp_needs_a_token_and_roles_limit_what_it_may_do() {

@@ -4,10 +4,11 @@
 //! member stopped by PID when the [`Cluster`] is dropped (also when a test
 //! panics).
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::common::free_port;
 
 /// Election timing of the test cluster: a heartbeat of 50 ms and an
 /// election timeout of 500 ms, so a leader's death is noticed within a
@@ -77,11 +78,6 @@ pub fn pki(dir: &std::path::Path) -> Pki {
     std::fs::write(&p.client_key, client_key.serialize_pem()).unwrap();
     std::fs::write(&p.other_ca, other.cert.pem()).unwrap();
     p
-}
-
-/// A port nobody listens on now (the OS's pick on 127.0.0.1).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind a loopback port").local_addr().unwrap().port()
 }
 
 /// The cluster the tests of one binary share while any of them runs.
@@ -200,11 +196,8 @@ impl Cluster {
                 return;
             }
             if Instant::now() > end {
-                panic!(
-                    "the etcd cluster did not become healthy within {limit:?}: {}; logs in {}",
-                    String::from_utf8_lossy(&out.stderr),
-                    self.dir.path().display()
-                );
+                let logs: Vec<String> = self.members.iter().map(|m| crate::common::log_tail(&self.dir.path().join(format!("{}.log", m.name)), 3)).collect();
+                panic!("the etcd cluster did not become healthy within {limit:?}: {}; {}", String::from_utf8_lossy(&out.stderr), logs.join("\n"));
             }
             std::thread::sleep(Duration::from_millis(100));
         }

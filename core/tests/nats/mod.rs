@@ -6,9 +6,11 @@
 //! stopped by PID when the [`Nats`] is dropped (also when a test panics).
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::common::free_port;
 
 pub struct Node {
     pub name: String,
@@ -26,10 +28,6 @@ pub struct Nats {
     pub nodes: Vec<Node>,
     /// More of each node's config (an `authorization` block, `tls`).
     extra: String,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind a loopback port").local_addr().unwrap().port()
 }
 
 static SHARED: std::sync::Mutex<std::sync::Weak<Nats>> = std::sync::Mutex::new(std::sync::Weak::new());
@@ -129,7 +127,8 @@ impl Nats {
         let end = Instant::now() + limit;
         while !self.healthz(i) {
             if Instant::now() > end {
-                panic!("nats node {} did not become healthy within {limit:?}; logs in {}", self.nodes[i].name, self.dir.path().display());
+                let log = crate::common::log_tail(&self.dir.path().join(format!("{}.log", self.nodes[i].name)), 10);
+                panic!("nats node {} did not become healthy within {limit:?}; {log}", self.nodes[i].name);
             }
             std::thread::sleep(Duration::from_millis(100));
         }

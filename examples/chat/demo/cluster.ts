@@ -5,20 +5,40 @@
 // (docs/cluster.md) instead of a store directory.
 import { execFile, spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
-import { mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 
+// Ports below (else above) the kernel's ephemeral range: a port the OS
+// picks on listen(0) lies in that range, where any outgoing connection may
+// take it as its local port before a server binds it, or while a killed
+// server is down before it comes back on it.
+const band = ((): [number, number] => {
+	let [lo, hi] = [32768, 60999]
+	try {
+		;[lo, hi] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number) as [number, number]
+	} catch {
+		// not Linux: the usual range
+	}
+	return lo >= 3024 ? [Math.max(2024, lo - 20_000), lo] : [hi + 1, 65536]
+})()
+let nextPort = (process.pid * 7919 + Date.now()) % 1_000_000
+
+/** A loopback port nobody listens on now, outside the ephemeral range; successive calls give different ports. */
 async function freePort(): Promise<number> {
-	const s = createServer()
-	s.listen(0, '127.0.0.1')
-	await once(s, 'listening')
-	const port = (s.address() as { port: number }).port
-	await new Promise(ok => s.close(ok))
-	return port
+	for (let i = 0; i < band[1] - band[0]; i++) {
+		const port = band[0] + (nextPort++ % (band[1] - band[0]))
+		const s = createServer()
+		const ok = await new Promise<boolean>(resolve => {
+			s.once('error', () => resolve(false))
+			s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)))
+		})
+		if (ok) return port
+	}
+	throw new Error(`no free loopback port in ${band[0]}..${band[1]}`)
 }
 
 interface Server {

@@ -3,7 +3,6 @@ package testkit
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,15 +29,6 @@ var (
 	theCluster  *Cluster
 	clusterErr  error
 )
-
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // sharedCluster starts the package's cluster on first use; Main stops it.
 func sharedCluster(t testing.TB) *Cluster {
@@ -82,8 +72,9 @@ func startEtcd() (*Cluster, error) {
 	end := time.Now().Add(20 * time.Second)
 	for !c.healthy() {
 		if time.Now().After(end) {
+			logs := logTails(dir, []string{"m0.log", "m1.log", "m2.log"}, 3)
 			c.stop()
-			return nil, fmt.Errorf("etcd did not become healthy within 20s; logs in %s", dir)
+			return nil, fmt.Errorf("etcd did not become healthy within 20s; %s", logs)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

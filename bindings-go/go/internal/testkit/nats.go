@@ -80,8 +80,9 @@ func startNats() (*Nats, error) {
 	for i := range 3 {
 		for !n.healthy(i) {
 			if time.Now().After(end) {
+				logs := logTails(dir, []string{"n0.log", "n1.log", "n2.log"}, 5)
 				n.stop()
-				return nil, fmt.Errorf("nats-server did not become healthy within 30s; logs in %s", dir)
+				return nil, fmt.Errorf("nats-server did not become healthy within 30s; %s", logs)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
