@@ -157,23 +157,26 @@ pub mod proxy {
 /// use". Successive calls give different ports.
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
+    static BAND: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
     static TRIED: AtomicU32 = AtomicU32::new(0);
-    let (lo, hi) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| {
-            let mut it = s.split_whitespace().map(|n| n.parse::<u32>().ok());
-            Some((it.next()??, it.next()??))
-        })
-        .unwrap_or((32768, 60999));
-    let (start, end) = if lo >= 2024 + 1000 { (lo.saturating_sub(20_000).max(2024), lo) } else { (hi + 1, 65536) };
+    let &(start, end) = BAND.get_or_init(|| {
+        let (lo, hi) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|s| {
+                let mut it = s.split_whitespace().map(|n| n.parse::<u32>().ok());
+                Some((it.next()??, it.next()??))
+            })
+            .unwrap_or((32768, 60999));
+        // Each process starts at its own place in the band, so test
+        // processes running at once rarely try the same ports.
+        let seed = std::process::id().wrapping_mul(2_654_435_761) ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+        TRIED.store(seed, Ordering::Relaxed);
+        if lo >= 3024 { (lo.saturating_sub(20_000).max(2024), lo) } else { (hi + 1, 65536) }
+    });
     let span = end.saturating_sub(start);
     if span < 1000 {
         return std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port").local_addr().unwrap().port();
     }
-    // Each process starts at its own place in the band, so test processes
-    // running at once rarely try the same ports.
-    let seed = std::process::id().wrapping_mul(2_654_435_761) ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
-    let _ = TRIED.compare_exchange(0, seed | 1, Ordering::Relaxed, Ordering::Relaxed);
     for _ in 0..span {
         let port = (start + TRIED.fetch_add(1, Ordering::Relaxed) % span) as u16;
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
