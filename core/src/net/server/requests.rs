@@ -107,6 +107,13 @@ impl ServedConnection {
             self.id,
             ConnInfo { id: self.id, client, address: self.address.clone(), since_ms: 0, since: Instant::now(), out: Arc::downgrade(&self.out) },
         );
+        if self.server.stopped.load(Ordering::Acquire) {
+            // Stopped after telling the connections it had: this one,
+            // accepted meanwhile, would serve a closed engine (STORE-01).
+            self.out.send(&wire::Reply { ev: Some("closing".into()), ..Default::default() });
+            self.out.close();
+            return Ok(());
+        }
         answer_ok(
             &self.out,
             id,
