@@ -134,7 +134,7 @@ impl SharedRead {
                 };
                 match afd.poll_read_ready(cx) {
                     // An answer is expected soon: look again instead.
-                    Poll::Pending if self.expect.spinning() => match fill(&self.fd, buf) {
+                    Poll::Pending if self.spinning() => match fill(&self.fd, buf) {
                         Ok((0, _)) => *ended = true,
                         Ok(_) => {}
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::Interrupted => {
@@ -165,6 +165,14 @@ impl SharedRead {
         .await
     }
 
+    /// Whether whoever reads the socket should look again rather than
+    /// sleep ([`crate::net::spin::Expect`]); never while publishes are
+    /// pipelined: their answers come in batches, one wake-up each, and a
+    /// reader that spins only takes CPU from the owner that answers.
+    pub(super) fn spinning(&self) -> bool {
+        self.expect.spinning() && self.conn.upgrade().is_none_or(|c| c.publishing.load(std::sync::atomic::Ordering::Relaxed) <= 1)
+    }
+
     pub(super) fn put_back(&self, side: ReaderState) {
         self.slot.lock().side = Some(side);
     }
@@ -192,7 +200,7 @@ impl runtime::ReadWhileBlocked for SharedRead {
                 match fill(&self.fd, &mut side.buf) {
                     Ok((0, _)) => side.ended = true,
                     Ok(_) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && self.expect.spinning() => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && self.spinning() => {}
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                         let left = end.saturating_duration_since(Instant::now());
                         if left.is_zero() {
@@ -401,7 +409,7 @@ impl LoopReader {
     /// an answer ([`crate::net::spin`]). A loop keeps itself awake meanwhile
     /// (Node: an idle handle; Python: a callback scheduled soon).
     pub fn spinning(&self) -> bool {
-        self.shared.expect.spinning()
+        self.shared.spinning()
     }
 
     /// True while this reader's connection is the store's current one and
