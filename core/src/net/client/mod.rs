@@ -789,14 +789,29 @@ impl Client {
 
     /// [`send_with`](Client::send_with), giving back the answer unsent.
     fn try_send(&self, conn: &Arc<OwnerConnection>, r: &mut Request<'_>, answer: Option<Answer>, later: bool) -> std::result::Result<(), (Error, Option<Answer>)> {
+        r.id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let frame = wire::frame(&r);
+        self.try_send_frame(conn, r.id, &frame, r.wait_ms.unwrap_or(0), answer, later)
+    }
+
+    /// Sends request `id`'s `frame` (its `wait_ms` counts towards when an
+    /// unanswered request fails); [`try_send`](Client::try_send) for a
+    /// frame already written.
+    fn try_send_frame(
+        &self,
+        conn: &Arc<OwnerConnection>,
+        id: u64,
+        frame: &[u8],
+        wait_ms: u64,
+        answer: Option<Answer>,
+        later: bool,
+    ) -> std::result::Result<(), (Error, Option<Answer>)> {
         // A forked child shares the parent's socket: a frame written from it
         // (a lazily declared lock's acquire, a dropped lease's release) would
         // act on the parent's session, e.g. release the parent's lease.
         if let Err(e) = runtime::check_not_forked() {
             return Err((e, answer));
         }
-        r.id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let frame = wire::frame(&r);
         if frame.len() - 4 > wire::MAX_FRAME_BYTES {
             return Err((
                 Error::limit(format!(
@@ -816,13 +831,12 @@ impl Client {
         // again (STORE-02).
         let limit = answer.as_ref().filter(|a| !matches!(a, Answer::Renewal(..))).map(|_| {
             // A renewal needs none: its lease's deadline stands for it.
-            Instant::now() + self.request_timeout() + Duration::from_millis(r.wait_ms.unwrap_or(0))
+            Instant::now() + self.request_timeout() + Duration::from_millis(wait_ms)
         });
         let mut answer = answer;
         let mut unsent = None;
-        let id = r.id;
         let sent = conn.sink.send_entered(
-            &frame,
+            frame,
             later.then_some(&conn.publishing),
             || {
                 if let Some(a) = answer.take() {
@@ -959,14 +973,12 @@ impl Client {
                     return Err(e);
                 }
             };
-            let mut r = Request::new(0, "publish");
-            r.channel = Some(channel.to_owned());
-            r.branch = Some(branch.to_vec());
-            r.data = Some(raw);
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let frame = wire::publish_frame(id, channel, branch, raw);
             // Held back only where an engine thread reads the answers that let
             // it go: a language's busy event loop would hold it for as long.
             let later = conn.publishing.fetch_add(1, Ordering::AcqRel) >= COALESCE_AFTER && !conn.looped();
-            match self.try_send(&conn, &mut r, answer.take(), later) {
+            match self.try_send_frame(&conn, id, &frame, 0, answer.take(), later) {
                 Ok(()) => return Ok(Some(conn)),
                 Err((e, a)) => {
                     conn.publishing.fetch_sub(1, Ordering::AcqRel);
