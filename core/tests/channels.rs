@@ -421,3 +421,54 @@ fn chan_02_status_shows_each_subscriptions_lag() {
     lag.sort();
     assert_eq!(lag, vec![3, 5]);
 }
+
+/// CHAN-01, CHAN-02: a burst taken at once (`read_ready`, as the delivery
+/// task and the server take what is ready) is the same events in the same
+/// order as one at a time: the exact missed count first, then what the log
+/// kept; in the owning process and over a connection.
+#[test]
+fn chan_02_read_ready_takes_a_burst_at_once_missed_count_first_then_in_order() {
+    let (owner, d) = common::store();
+    let client = tinystore::Store::connect(&format!("unix:{}", d.path().join("tinystore.sock").display())).unwrap();
+    for (store, over) in [(&owner, 0u64), (&client, 1)] {
+        let branch = [Key::from(over)];
+        let sub = runtime::block_on(store.subscribe_raw("burst", &branch, Scope::Branch, None)).unwrap();
+        let mut none = Vec::new();
+        sub.read_ready(&mut none, 10);
+        assert!(none.is_empty(), "nothing published yet: {none:?}");
+        let n = 1024 + 5;
+        for i in 0..n {
+            runtime::block_on(store.publish_raw("burst", &branch, i.to_string().into_bytes().into_boxed_slice())).unwrap();
+        }
+        // Over a connection the inbox keeps 1,024 too; wait until the last came.
+        let mut got = Vec::new();
+        assert!(common::eventually(5000, || {
+            sub.read_ready(&mut got, 2000);
+            matches!(got.last(), Some(Event::Message(m)) if *m.data == *(n - 1).to_string().as_bytes())
+        }));
+        let Event::Missed(m) = &got[0] else { panic!("first: {:?}", got[0]) };
+        assert_eq!(m.count, Some(5), "{over}: the exact count first");
+        let values: Vec<u64> = got[1..]
+            .iter()
+            .map(|e| match e {
+                Event::Message(m) => std::str::from_utf8(&m.data).unwrap().parse().unwrap(),
+                e => panic!("one missed only: {e:?}"),
+            })
+            .collect();
+        assert_eq!(values, (5..n).collect::<Vec<_>>(), "{over}: in order, none twice");
+        // Up to `max` in all: what `out` already holds counts.
+        runtime::block_on(store.publish_raw("burst", &branch, b"1".to_vec().into_boxed_slice())).unwrap();
+        runtime::block_on(store.publish_raw("burst", &branch, b"2".to_vec().into_boxed_slice())).unwrap();
+        let mut two = vec![got.pop().unwrap()];
+        assert!(common::eventually(2000, || {
+            sub.read_ready(&mut two, 2);
+            two.len() == 2
+        }));
+        let mut rest = Vec::new();
+        assert!(common::eventually(2000, || {
+            sub.read_ready(&mut rest, 10);
+            !rest.is_empty()
+        }));
+        assert_eq!(rest.len(), 1, "{over}: the one left");
+    }
+}

@@ -273,6 +273,9 @@ async fn deliver<T: DeserializeOwned + Send + 'static>(ctl: Arc<Control<T>>) {
             let id = Arc::as_ptr(&c) as *const () as usize;
             DELIVERING.with(|d| d.set(id));
             let mut next = Some(first);
+            // What was ready at the last look, read at once (one lock of the
+            // branch's log for a burst, not one per message).
+            let mut ready = Vec::new().into_iter();
             while let Some(ev) = next {
                 let mut h = c.handlers.lock();
                 if c.stopped.load(Ordering::Acquire) {
@@ -280,7 +283,13 @@ async fn deliver<T: DeserializeOwned + Send + 'static>(ctl: Arc<Control<T>>) {
                 }
                 h.run(ev);
                 drop(h);
-                next = c.raw.try_next().or_else(|| {
+                next = ready.next().or_else(|| {
+                    let mut batch = Vec::new();
+                    c.raw.read_ready(&mut batch, READY_BATCH);
+                    ready = batch.into_iter();
+                    ready.next()
+                });
+                next = next.or_else(|| {
                     // Stay on this thread a moment: a busy branch then costs
                     // no hand-off per message. Only a couple of threads may
                     // wait so, or many subscriptions would thrash the cores.
@@ -333,6 +342,9 @@ impl<T: DeserializeOwned> Handlers<T> {
         }
     }
 }
+
+/// At most this many events are taken from a subscription at once for its handler.
+const READY_BATCH: usize = 256;
 
 /// Delivery threads waiting a moment for their subscription's next message.
 static HOT_WAITERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -45,13 +45,16 @@ impl RawSubscription {
     pub async fn next_batch(&self, max: usize) -> Vec<Event> {
         let Some(first) = self.next().await else { return Vec::new() };
         let mut out = vec![first];
-        while out.len() < max {
-            match self.try_next() {
-                Some(e) => out.push(e),
-                None => break,
-            }
-        }
+        self.inner.read_ready(&mut out, max);
         out
+    }
+
+    /// The events ready now, appended to `out` until it holds `max`
+    /// events; none when nothing is ready or the subscription ended (see
+    /// [`is_ended`](Self::is_ended)). One look for a burst instead of a
+    /// [`try_next`](Self::try_next) each.
+    pub fn read_ready(&self, out: &mut Vec<Event>, max: usize) {
+        self.inner.read_ready(out, max)
     }
 
     /// Polls for the next event: `Ready(None)` once ended.

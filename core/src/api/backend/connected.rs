@@ -204,6 +204,9 @@ impl SubscriptionBackend for ConnectedSubscription {
     fn read(&self, cx: Option<&mut Context<'_>>) -> Poll<Option<Event>> {
         self.0.read(cx)
     }
+    fn read_ready(&self, out: &mut Vec<Event>, max: usize) {
+        self.0.read_ready(out, max)
+    }
     fn is_ended(&self) -> bool {
         self.0.is_ended()
     }

@@ -124,6 +124,15 @@ pub(crate) trait LeaseBackend: Send + Sync {
 /// A subscription as a backend holds it, read by pulling.
 pub(crate) trait SubscriptionBackend: Send + Sync {
     fn read(&self, cx: Option<&mut Context<'_>>) -> Poll<Option<Event>>;
+    /// The events ready now, appended to `out` until it holds `max`.
+    fn read_ready(&self, out: &mut Vec<Event>, max: usize) {
+        while out.len() < max {
+            match self.read(None) {
+                Poll::Ready(Some(e)) => out.push(e),
+                _ => break,
+            }
+        }
+    }
     fn is_ended(&self) -> bool;
     fn stop(&self);
     fn resume_point(&self) -> Resume;

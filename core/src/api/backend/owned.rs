@@ -200,6 +200,9 @@ impl SubscriptionBackend for LocalSubscription {
     fn read(&self, cx: Option<&mut Context<'_>>) -> Poll<Option<Event>> {
         LocalSubscription::read(self, cx)
     }
+    fn read_ready(&self, out: &mut Vec<Event>, max: usize) {
+        let _ = LocalSubscription::read_many(self, None, max.saturating_sub(out.len()), |e, _| out.push(e));
+    }
     fn is_ended(&self) -> bool {
         LocalSubscription::is_ended(self)
     }

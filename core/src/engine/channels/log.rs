@@ -152,6 +152,31 @@ impl Log {
         r
     }
 
+    /// Up to `max` reads at once, each given to `each` with the cursor after
+    /// it, under one lock (a publisher waits for a burst's reader once, not
+    /// per message; `each` only keeps them). Stops at `Empty` or `Closed`,
+    /// and says which; `None` when `max` was reached. `waker` is registered
+    /// when it read nothing.
+    pub(crate) fn read_many(&self, cursor: &mut u64, waker: Option<&Waker>, max: usize, mut each: impl FnMut(Read, u64)) -> Option<Read> {
+        let mut s = self.state.lock();
+        for n in 0..max {
+            match Self::read_locked(&s, cursor) {
+                r @ (Read::Empty | Read::Closed) => {
+                    if n == 0
+                        && matches!(r, Read::Empty)
+                        && let Some(w) = waker
+                        && !s.wakers.iter().any(|x| x.will_wake(w))
+                    {
+                        s.wakers.push(w.clone());
+                    }
+                    return Some(r);
+                }
+                r => each(r, *cursor),
+            }
+        }
+        None
+    }
+
     /// Adds a reader and returns the cursor that reads from the next message
     /// on, or from `from` when given (resuming), clamped to what is published.
     pub(crate) fn attach(&self, from: Option<u64>) -> u64 {

@@ -151,9 +151,52 @@ impl LocalSubscription {
         }
     }
 
-    /// Polls for the next event: `Ready(None)` once ended.
-    pub(crate) fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        self.read(Some(cx))
+    /// Up to `max` events that are ready, each given to `push` with the
+    /// position after it: `Ready(n)` with how many, `Ready(0)` once ended,
+    /// `Pending` when none was ready (`cx` given: woken when one is). One
+    /// look at the log for all of them ([`Log::read_many`]).
+    pub(crate) fn read_many(&self, cx: Option<&mut Context<'_>>, max: usize, mut push: impl FnMut(Event, u64)) -> Poll<usize> {
+        let shared = &*self.shared;
+        let mut st = shared.state.lock();
+        if st.stopped || max == 0 {
+            return Poll::Ready(0);
+        }
+        let mut n = 0;
+        if let Some(m) = st.told.take() {
+            st.resumed = false;
+            push(Event::Missed(m), st.cursor);
+            n += 1;
+        }
+        let mut cursor = st.cursor;
+        let mut resumed = st.resumed;
+        let waker = cx.as_ref().filter(|_| n == 0).map(|c| c.waker());
+        let end = shared.log.read_many(&mut cursor, waker, max - n, |r, at| {
+            let ev = match r {
+                Read::Msg(m) => {
+                    resumed = false;
+                    Event::Message(m)
+                }
+                Read::Missed(k) => {
+                    let reason = if std::mem::take(&mut resumed) { MissedReason::Reconnect } else { MissedReason::Behind };
+                    Event::Missed(Missed { count: Some(k), reason })
+                }
+                Read::Empty | Read::Closed => return,
+            };
+            push(ev, at);
+            n += 1;
+        });
+        st.cursor = cursor;
+        st.resumed = resumed;
+        match end {
+            _ if n > 0 => Poll::Ready(n),
+            Some(Read::Empty) => {
+                if let Some(cx) = cx {
+                    st.waker = Some(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+            _ => Poll::Ready(0),
+        }
     }
 
     /// True once stopped, or once its store closed and everything was read.

@@ -72,6 +72,11 @@ impl RemoteSub {
         self.inbox.is_ended()
     }
 
+    /// The events queued now, appended to `out` until it holds `max`.
+    pub(crate) fn read_ready(&self, out: &mut Vec<Event>, max: usize) {
+        self.inbox.read_ready(out, max)
+    }
+
     pub(crate) fn stop(&self) {
         if self.inbox.stop()
             && let Some(c) = self.client.upgrade()
@@ -160,6 +165,22 @@ impl Inbox {
             s.waker = Some(cx.waker().clone());
         }
         Poll::Pending
+    }
+
+    /// The events queued now, appended to `out` until it holds `max`.
+    pub(super) fn read_ready(&self, out: &mut Vec<Event>, max: usize) {
+        let mut s = self.s.lock();
+        if s.stopped {
+            return;
+        }
+        while out.len() < max {
+            let Some(ev) = s.queue.pop_front() else { break };
+            if let Event::Message(m) = &ev {
+                s.bytes -= m.data.len();
+                s.messages -= 1;
+            }
+            out.push(ev);
+        }
     }
 
     pub(super) fn is_ended(&self) -> bool {

@@ -482,14 +482,17 @@ impl Forwarder {
             }
             let mut buf = Vec::new();
             let mut ended = false;
+            let mut ready = Vec::new();
             while buf.len() < 64 * 1024 {
-                match sub.poll_next(&mut cx) {
-                    std::task::Poll::Ready(Some(ev)) => encode_event(&mut buf, self.id, ev, sub.resume_point().next),
-                    std::task::Poll::Ready(None) => {
+                // Taken from the log at once, encoded after (the log's
+                // lock is not held meanwhile).
+                match sub.read_many(Some(&mut cx), 64, |ev, next| ready.push((ev, next))) {
+                    std::task::Poll::Ready(0) => {
                         wire::encode(&Reply { ev: Some("end".into()), sub: Some(self.id), ..Default::default() }, &mut buf);
                         ended = true;
                         break;
                     }
+                    std::task::Poll::Ready(_) => ready.drain(..).for_each(|(ev, next)| encode_event(&mut buf, self.id, ev, next)),
                     std::task::Poll::Pending => break,
                 }
             }
