@@ -158,7 +158,16 @@ fn best(f: impl Fn() -> f64) -> f64 {
     (0..3).map(|_| f()).fold(0.0, f64::max)
 }
 
-fn row(name: &str, ours: f64, peer_name: &str, peer: f64) {
+/// `ENGINE_ONLY=TEXT` runs only the rows whose name starts so (a profile of one).
+fn wanted(name: &str) -> bool {
+    std::env::var("ENGINE_ONLY").map_or(true, |only| name.starts_with(only.as_str()))
+}
+
+fn row(name: &str, ours: impl Fn() -> f64, peer_name: &str, peer: impl Fn() -> f64) {
+    if !wanted(name) {
+        return;
+    }
+    let (ours, peer) = (best(ours), best(peer));
     println!("| {name} | {:>12.0} /s | {peer_name} | {:>12.0} /s | {:>6.3} |", ours, peer, ours / peer);
 }
 
@@ -168,8 +177,8 @@ fn main() {
     println!("tinystore engine, in-process (best of 3 runs; ratio = ours / peer)\n");
     println!("| workload | tinystore | peer | peer rate | ratio |");
     println!("|---|---:|---|---:|---:|");
-    row("publish→deliver, 1 subscriber", best(|| ours_publish_deliver(&store, 1)), "tokio broadcast", best(|| tokio_publish_deliver(1)));
-    row("publish→deliver, 100 subscribers (deliveries)", best(|| ours_publish_deliver(&store, 100)), "tokio broadcast", best(|| tokio_publish_deliver(100)));
-    row("hold+release, uncontended", best(|| ours_hold_release(&store)), "parking_lot Mutex", best(mutex_lock_unlock));
-    row("hold+release, 4 threads on one key", best(|| ours_contended(&store, 4)), "parking_lot Mutex, 4 threads", best(|| mutex_contended(4)));
+    row("publish→deliver, 1 subscriber", || ours_publish_deliver(&store, 1), "tokio broadcast", || tokio_publish_deliver(1));
+    row("publish→deliver, 100 subscribers (deliveries)", || ours_publish_deliver(&store, 100), "tokio broadcast", || tokio_publish_deliver(100));
+    row("hold+release, uncontended", || ours_hold_release(&store), "parking_lot Mutex", mutex_lock_unlock);
+    row("hold+release, 4 threads on one key", || ours_contended(&store, 4), "parking_lot Mutex, 4 threads", || mutex_contended(4));
 }
