@@ -13,7 +13,8 @@
 //!   one of its holds waits in line ([`Spin`]);
 //! - a client spins after a call, for one window, while its last two
 //!   answers came at once (not grants that waited in line), with rare
-//!   probes otherwise ([`Expect`]).
+//!   probes otherwise ([`Expect`]), and not while publishes are pipelined
+//!   (more than one in flight: their answers come in batches).
 //!
 //! `TINYSTORE_SPIN` sets the window for the process (`"50us"`, at most
 //! `"10ms"`; `"0"` turns spinning off; unset or empty: 100 µs); read once,
