@@ -26,6 +26,20 @@ by the reader in every case):
   awaiting them (redis-py: a pipeline of 64).
 - publish->deliver, one at a time: publish, wait until the subscriber has
   it, then the next: the round trip of one message.
+- fan-out, 64 in flight, 100 subscribers: one publisher publishes 64 at a
+  time (awaited in windows, as above) to one branch that 100 subscribers
+  read, each on its own connection to the store: each is its own
+  ``tinystore.connect(address)`` in this process (one connected store, one
+  socket and one session each; owned: to this process's own store socket,
+  connected: to the other process's), all on this process's event loop;
+  redis-py: 100 ``SUBSCRIBE`` connections (asyncio: one task each, reading
+  with ``listen()``; sync: one thread each, with ``get_message``, the faster
+  of the two in each) and one client ``PUBLISH``ing in pipelines of 64. At
+  most 512 messages published and not yet delivered to the slowest
+  subscriber, so none falls behind its branch's log of 1,024; a run fails
+  if a tinystore subscriber was told of any missed message. Deliveries per
+  second: messages published x 100 / the time until every subscriber has
+  every message.
 - hold+release, sequential: ``async with lock.hold(key)`` with an empty
   block (redis-py: ``SET key token NX PX 30000``, then a Lua release that
   deletes the key only if it still holds the token).
@@ -33,6 +47,11 @@ by the reader in every case):
   processes (owned: each calls ``tinystore.open(dir)``, so one owns and
   three connect; connected: 4 processes connect to a fifth that owns;
   redis-py: 4 processes spin on ``SET NX``, Redis has no waiting).
+
+While working on one row: ``BENCH_ONLY=fanout`` (a comma-separated list of
+``stream``, ``pipelined``, ``one``, ``hold``, ``processes``, ``fanout``)
+runs only those rows, and ``BENCH_SCALE=0.1`` scales every row's count of
+messages or cycles (the floor excepted).
 """
 
 from __future__ import annotations
@@ -48,7 +67,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, Coroutine, Dict, List, Optional, Tuple
 
 import tinystore
 
@@ -57,10 +76,16 @@ WINDOW = 512  # published and not yet delivered, at most
 RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 
 # Messages (or cycles) per run of each workload, sized for about a second.
-N_STREAM = 60_000
-N_ONE = 5_000
-N_HOLD = 20_000
-N_PROCS = 2_000  # per process
+SCALE = float(os.environ.get("BENCH_SCALE", "1"))
+N_STREAM = int(60_000 * SCALE)
+N_ONE = int(5_000 * SCALE)
+N_HOLD = int(20_000 * SCALE)
+N_PROCS = int(2_000 * SCALE)  # per process
+# Fan-out: published, each delivered to every subscriber (redis-py's runs take
+# several seconds at this count).
+N_FAN = int(2_000 * SCALE)
+FAN_SUBSCRIBERS = 100
+ONLY = {w for w in os.environ.get("BENCH_ONLY", "").split(",") if w}
 
 
 def payload(i: int) -> Dict[str, Any]:
@@ -90,6 +115,46 @@ class Window:
 
     async def room(self, published: int) -> None:
         if published - self.delivered >= self.size:
+            await self.until(published - self.size // 2)
+
+
+class FanWindow:
+    """A :class:`Window` over several subscribers: at most ``size`` messages
+    published and not yet delivered to the slowest of them."""
+
+    def __init__(self, subscribers: int, size: int = WINDOW) -> None:
+        self.size = size
+        self.delivered = [0] * subscribers
+        self.missed: List[tinystore.Missed] = []
+        self._want = 0
+        self._short = 0  # subscribers below _want
+        self._waiter: Optional[asyncio.Future[None]] = None
+
+    def deliver(self, k: int) -> None:
+        d = self.delivered[k] = self.delivered[k] + 1
+        if self._waiter is not None and d == self._want:
+            self._short -= 1
+            if self._short == 0:
+                self._waiter.set_result(None)
+                self._waiter = None
+
+    def miss(self, m: tinystore.Missed) -> None:
+        self.missed.append(m)
+        if self._waiter is not None:
+            self._waiter.set_exception(AssertionError(f"a subscriber missed messages: {m}"))
+            self._waiter = None
+
+    async def until(self, delivered: int) -> None:
+        assert not self.missed, f"subscribers missed messages: {self.missed}"
+        short = sum(1 for d in self.delivered if d < delivered)
+        if short:
+            self._want, self._short = delivered, short
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+
+    async def room(self, published: int) -> None:
+        assert not self.missed, f"subscribers missed messages: {self.missed}"
+        if published - min(self.delivered) >= self.size:
             await self.until(published - self.size // 2)
 
 
@@ -126,6 +191,36 @@ async def ts_one_at_a_time(store: tinystore.Store, n: int) -> float:
     took = time.perf_counter() - started
     await sub.stop()
     return n / took
+
+
+async def ts_fanout(store: tinystore.Store, n: int, in_flight: int, subscribers: int) -> float:
+    """``store`` publishes; each subscriber is its own ``tinystore.connect``
+    (its own socket and session: the binding shares no connection between
+    two connects) to the socket of the process that owns the store (owned:
+    this one), subscribing on this process's loop. Deliveries per second."""
+    address = f"unix:{os.path.join(store.dir, 'tinystore.sock')}"
+    readers: List[tinystore.Store] = list(await asyncio.gather(*[tinystore.connect(address) for _ in range(subscribers)]))
+    try:
+        w = FanWindow(subscribers)
+        subs = []
+        for k, r in enumerate(readers):
+            def deliver(m: tinystore.Message[Any], k: int = k) -> None:
+                w.deliver(k)
+
+            subs.append(await r.channel("bench").under("fanout").subscribe(deliver, on_missed=w.miss))
+        branch = store.channel("bench").under("fanout")
+        started = time.perf_counter()
+        for i in range(0, n, in_flight):
+            await w.room(i)
+            await asyncio.gather(*[branch.publish(payload(j)) for j in range(i, min(n, i + in_flight))])
+        await w.until(n)
+        took = time.perf_counter() - started
+        for sub in subs:
+            await sub.stop()
+        assert not w.missed, f"subscribers missed messages: {w.missed}"
+    finally:
+        await asyncio.gather(*[r.close() for r in readers])
+    return n * subscribers / took
 
 
 async def ts_hold_release(store: tinystore.Store, n: int) -> float:
@@ -276,6 +371,90 @@ async def ra_one_at_a_time(sock: str, n: int) -> float:
     return n / took
 
 
+def rs_fanout(sock: str, n: int, in_flight: int, subscribers: int) -> float:
+    """Synchronous: the publisher in this thread, each subscriber a thread
+    reading its own connection with ``get_message`` (``listen()`` was slower
+    here, 44,000 to 50,000 deliveries/s against 56,000)."""
+    channel = "fanout"
+    r = redis_sync(sock)
+    clients = [redis_sync(sock) for _ in range(subscribers)]
+    pss = [c.pubsub(ignore_subscribe_messages=True) for c in clients]
+    for ps in pss:
+        ps.subscribe(channel)
+    while r.pubsub_numsub(channel)[0][1] < subscribers:
+        time.sleep(0.001)
+    delivered = [0] * subscribers
+
+    def reader(k: int, ps: Any) -> None:
+        for i in range(n):
+            m = None
+            while m is None:
+                m = ps.get_message(timeout=5)
+            json.loads(m["data"])
+            delivered[k] = i + 1
+
+    threads = [threading.Thread(target=reader, args=(k, ps)) for k, ps in enumerate(pss)]
+    for t in threads:
+        t.start()
+    started = time.perf_counter()
+    for i in range(0, n, in_flight):
+        if i - min(delivered) >= WINDOW:
+            while i - min(delivered) > WINDOW // 2:
+                time.sleep(0.0005)
+        p = r.pipeline(transaction=False)
+        for j in range(i, min(n, i + in_flight)):
+            p.publish(channel, json.dumps(payload(j)))
+        p.execute()
+    for t in threads:
+        t.join()
+    took = time.perf_counter() - started
+    for ps, c in zip(pss, clients):
+        ps.close()
+        c.close()
+    r.close()
+    return n * subscribers / took
+
+
+async def ra_fanout(sock: str, n: int, in_flight: int, subscribers: int) -> float:
+    """asyncio: each subscriber a task of the same loop, as with tinystore,
+    reading with ``listen()`` (``get_message(timeout=5)``, as the other rows
+    read, was slower here: 32,000 deliveries/s against 53,000)."""
+    channel = "afanout"
+    r = redis_async(sock)
+    clients = [redis_async(sock) for _ in range(subscribers)]
+    pss = [c.pubsub(ignore_subscribe_messages=True) for c in clients]
+    for ps in pss:
+        await ps.subscribe(channel)
+    while (await r.pubsub_numsub(channel))[0][1] < subscribers:
+        await asyncio.sleep(0.001)
+    w = FanWindow(subscribers)
+
+    async def reader(k: int, ps: Any) -> None:
+        got = 0
+        async for m in ps.listen():
+            json.loads(m["data"])
+            got += 1
+            w.deliver(k)
+            if got == n:
+                break
+
+    tasks = [asyncio.ensure_future(reader(k, ps)) for k, ps in enumerate(pss)]
+    started = time.perf_counter()
+    for i in range(0, n, in_flight):
+        await w.room(i)
+        p = r.pipeline(transaction=False)
+        for j in range(i, min(n, i + in_flight)):
+            p.publish(channel, json.dumps(payload(j)))
+        await p.execute()
+    await asyncio.gather(*tasks)
+    took = time.perf_counter() - started
+    for ps, c in zip(pss, clients):
+        await ps.aclose()
+        await c.aclose()
+    await r.aclose()
+    return n * subscribers / took
+
+
 def rs_hold_release(sock: str, n: int) -> float:
     r = redis_sync(sock)
     release = r.register_script(RELEASE)
@@ -424,8 +603,8 @@ def best(f: Callable[[], float]) -> float:
     return max(f() for _ in range(BEST_OF))
 
 
-def best_async(f: Callable[[], Awaitable[float]]) -> float:
-    return best(lambda: asyncio.run(f()))  # type: ignore[arg-type]
+def best_async(f: Callable[[], Coroutine[Any, Any, float]]) -> float:
+    return best(lambda: asyncio.run(f()))
 
 
 def redis_version() -> str:
@@ -479,8 +658,10 @@ def main() -> None:
 
         rows: List[Tuple[str, float, float, float, str, float]] = []
 
-        def row(name: str, ts: Callable[[tinystore.Store], Awaitable[float]],
-                rsync: Callable[[], float], rasync: Callable[[], Awaitable[float]], per_op: bool) -> None:
+        def row(tag: str, name: str, ts: Callable[[tinystore.Store], Awaitable[float]],
+                rsync: Callable[[], float], rasync: Callable[[], Coroutine[Any, Any, float]], per_op: bool) -> None:
+            if ONLY and tag not in ONLY:
+                return
             # Rounds interleave the contenders, so a change of the machine's
             # load falls on all of them; each keeps its best round.
             o = c = s = a = floor = 0.0
@@ -494,24 +675,30 @@ def main() -> None:
             print(f"  {name}: owned {o:,.0f}/s, connected {c:,.0f}/s, redis-py sync {s:,.0f}/s, asyncio {a:,.0f}/s"
                   + (f"; floor {floor:,.0f} round trips/s" if per_op else ""), flush=True)
 
-        row("publish→deliver, each publish awaited", lambda s: ts_stream(s, N_STREAM, 1),
+        row("stream", "publish→deliver, each publish awaited", lambda s: ts_stream(s, N_STREAM, 1),
             lambda: rs_stream(redis_sock, N_STREAM, 1), lambda: ra_stream(redis_sock, N_STREAM, 1), False)
-        row("publish→deliver, 64 in flight", lambda s: ts_stream(s, N_STREAM, 64),
+        row("pipelined", "publish→deliver, 64 in flight", lambda s: ts_stream(s, N_STREAM, 64),
             lambda: rs_stream(redis_sock, N_STREAM, 64), lambda: ra_stream(redis_sock, N_STREAM, 64), False)
-        row("publish→deliver, one at a time", lambda s: ts_one_at_a_time(s, N_ONE),
+        row("fanout", f"fan-out, 64 in flight, {FAN_SUBSCRIBERS} subscribing connections (deliveries)",
+            lambda s: ts_fanout(s, N_FAN, 64, FAN_SUBSCRIBERS),
+            lambda: rs_fanout(redis_sock, N_FAN, 64, FAN_SUBSCRIBERS),
+            lambda: ra_fanout(redis_sock, N_FAN, 64, FAN_SUBSCRIBERS), False)
+        row("one", "publish→deliver, one at a time", lambda s: ts_one_at_a_time(s, N_ONE),
             lambda: rs_one_at_a_time(redis_sock, N_ONE), lambda: ra_one_at_a_time(redis_sock, N_ONE), True)
-        row("hold+release, sequential", lambda s: ts_hold_release(s, N_HOLD),
+        row("hold", "hold+release, sequential", lambda s: ts_hold_release(s, N_HOLD),
             lambda: rs_hold_release(redis_sock, N_HOLD), lambda: ra_hold_release(redis_sock, N_HOLD), True)
 
         contended_dir = tmp / "contended"
 
-        o = c = s = 0.0
-        for _ in range(BEST_OF):
-            o = max(o, contend("tinystore", "open", str(contended_dir)))
-            c = max(c, contend("tinystore", "connect", address))
-            s = max(s, contend("redis", redis_sock))
-        rows.append(("hold+release, 4 processes on one key (handoffs)", o, c, s, "sync", 0.0))
-        print(f"  4 processes: owned {o:,.0f}/s, connected {c:,.0f}/s, redis-py {s:,.0f}/s\n", flush=True)
+        if not ONLY or "processes" in ONLY:
+            o = c = s = 0.0
+            for _ in range(BEST_OF):
+                o = max(o, contend("tinystore", "open", str(contended_dir)))
+                c = max(c, contend("tinystore", "connect", address))
+                s = max(s, contend("redis", redis_sock))
+            rows.append(("hold+release, 4 processes on one key (handoffs)", o, c, s, "sync", 0.0))
+            print(f"  4 processes: owned {o:,.0f}/s, connected {c:,.0f}/s, redis-py {s:,.0f}/s", flush=True)
+        print()
 
         print("| workload | owned | connected | redis-py | owned / redis-py | connected / redis-py "
               "| connected, in floor round trips |")
