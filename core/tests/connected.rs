@@ -56,6 +56,59 @@ fn chan_01_connected_order_from_both_sides_and_p2_pipelined_publishes() {
     assert_eq!(next_value(&mut it, 2000), Some(Ok(7)));
 }
 
+/// Many threads each blocked on its own publish over one connection (a Go
+/// program's goroutines): past a few in flight the client holds frames back
+/// for the reader of answers to send; a thread that read its own answer and
+/// left must send them, or they wait for the request timeout (found by the
+/// Go binding's 64-in-flight benchmark: a few publishes at a burst's end
+/// timed out and were never delivered).
+#[test]
+fn chan_01_connected_publishes_blocked_on_from_64_threads_are_all_answered_and_delivered() {
+    let (_owner, d) = common::store();
+    let address = format!("unix:{}", d.path().join("tinystore.sock").display());
+    let opts = || tinystore::ConnectOptions::new().request_timeout(Duration::from_secs(2));
+    let client = Store::connect_with(&address, opts()).unwrap();
+    let reader = Store::connect_with(&address, opts()).unwrap();
+    const THREADS: u64 = 64;
+    const EACH: u64 = 300;
+    for round in 0..8u64 {
+        let events = client.channel::<u64>("c").open().unwrap();
+        // Delivered or told missed (a reader far behind): each one accounted for.
+        let seen = Arc::new(AtomicU64::new(0));
+        let (s1, s2) = (seen.clone(), seen.clone());
+        let _sub = reader
+            .channel::<u64>("c")
+            .open()
+            .unwrap()
+            .under(round)
+            .on_missed(move |m| {
+                s1.fetch_add(m.count.unwrap_or(0), Ordering::Relaxed);
+            })
+            .subscribe(move |_| {
+                s2.fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
+        let threads: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let events = events.clone();
+                std::thread::spawn(move || {
+                    for i in 0..EACH {
+                        events.under(round).publish(&(t * EACH + i)).unwrap_or_else(|e| panic!("round {round}: publish {i} of thread {t}: {e}"));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let end = Instant::now() + Duration::from_secs(10);
+        while seen.load(Ordering::Relaxed) < THREADS * EACH && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(seen.load(Ordering::Relaxed), THREADS * EACH, "round {round}: messages delivered or told missed");
+    }
+}
+
 /// C4: subscribe returns in one handle, the other publishes at once: delivered.
 #[test]
 fn c4_subscribe_then_publish_at_once_is_delivered() {

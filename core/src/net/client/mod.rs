@@ -282,6 +282,10 @@ impl Client {
             let ids: Vec<u64> = p.iter().filter(|(_, (_, l))| l.is_some_and(|l| now >= l)).map(|(id, _)| *id).collect();
             ids.into_iter().filter_map(|id| p.remove(&id)).map(|(a, _)| a).collect()
         };
+        if !expired.is_empty() {
+            // Frames held back counting on these answers leave.
+            conn.sink.uncork();
+        }
         for a in expired {
             if a.is_publish() {
                 conn.publishing.fetch_sub(1, Ordering::AcqRel);
@@ -460,6 +464,7 @@ impl Client {
             conn.publishing.fetch_add(1, Ordering::AcqRel);
             if let Err((e, a)) = self.try_send(conn, &mut r, Some(answer), false) {
                 conn.publishing.fetch_sub(1, Ordering::AcqRel);
+                conn.sink.uncork();
                 match a {
                     Some(answer) if is_disconnected(&e) => {
                         drop(r);
@@ -982,6 +987,8 @@ impl Client {
                 Ok(()) => return Ok(Some(conn)),
                 Err((e, a)) => {
                     conn.publishing.fetch_sub(1, Ordering::AcqRel);
+                    // Frames held back counting on this one's answer leave.
+                    conn.sink.uncork();
                     match a {
                         // The connection went down just now: queue it.
                         Some(a) if is_disconnected(&e) => answer = Some(a),

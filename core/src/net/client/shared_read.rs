@@ -193,10 +193,14 @@ impl runtime::ReadWhileBlocked for SharedRead {
             side.afd = None;
             let end = Instant::now() + window;
             loop {
-                if client.dispatch_all(&conn, &mut side) || done() {
+                let leaving = client.dispatch_all(&conn, &mut side) || done();
+                // Publishes held back for the answers just read leave now,
+                // also when this thread goes: the connection's task may sleep
+                // until data comes, and none comes for frames never sent.
+                conn.sink.uncork();
+                if leaving {
                     break;
                 }
-                conn.sink.uncork();
                 match fill(&self.fd, &mut side.buf) {
                     Ok((0, _)) => side.ended = true,
                     Ok(_) => {}
