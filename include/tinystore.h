@@ -64,6 +64,12 @@
 #define TS_ERR 1
 
 /**
+ * The call goes on: its outcome comes later, through the completion
+ * queue (see [`ts_publish_start`](crate::channels::ts_publish_start)).
+ */
+#define TS_PENDING 2
+
+/**
  * A cancel switch for calls that may wait.
  */
 typedef struct TsCancel TsCancel;
@@ -440,6 +446,47 @@ int32_t ts_publish(const struct TsStore *s,
                    size_t data_len,
                    const struct TsCancel *cancel,
                    struct TsError **err);
+
+/**
+ * Publishes `data` (the JSON of a value) to the branch `keys` of
+ * `channel`, without waiting for the owner's answer: [`TS_OK`](crate::error::TS_OK) or
+ * [`TS_ERR`](crate::error::TS_ERR) when the publish ended within the call (always in the owning
+ * process), else [`TS_PENDING`], and `token` is pushed on the completion
+ * queue once the outcome can be taken with [`ts_publish_outcome`]. So a
+ * program's many goroutines publishing at once wait in Go, not each in a
+ * thread of its own woken per answer (a lone publish is faster with
+ * [`ts_publish`], whose thread reads its own answer). Errors: `invalid` (name, key),
+ * `limit` (over 1 MiB), `closed`, `unavailable`, `timeout`. The caller
+ * calls [`ts_completions_try`](crate::completions::ts_completions_try)
+ * right after: what this call read for the caller's subscriptions is
+ * signalled there, not to [`ts_completions_wait`](crate::completions::ts_completions_wait).
+ *
+ * # Safety
+ * `s` is live; `(channel, channel_len)`, `(keys, nkeys)`, `(buf, buf_len)`
+ * and `(data, data_len)` readable; `err` writable.
+ */
+int32_t ts_publish_start(const struct TsStore *s,
+                         const uint8_t *channel,
+                         size_t channel_len,
+                         const struct TsValue *keys,
+                         size_t nkeys,
+                         const uint8_t *buf,
+                         size_t buf_len,
+                         const uint8_t *data,
+                         size_t data_len,
+                         uint64_t token,
+                         struct TsError **err);
+
+/**
+ * Takes the outcome of the publish of [`ts_publish_start`] that gave
+ * [`TS_PENDING`] with `token`: [`TS_OK`](crate::error::TS_OK), [`TS_ERR`](crate::error::TS_ERR) (`*err` set), or
+ * [`TS_PENDING`] while it has not come (or was taken already).
+ *
+ * # Safety
+ * `err` writable.
+ */
+int32_t ts_publish_outcome(uint64_t token,
+                           struct TsError **err);
 
 /**
  * Subscribes to the branch `keys` of `channel` (and every branch below it

@@ -1,14 +1,15 @@
 //! Channels: publish, and subscriptions read by pulling, woken through the
 //! completion queue.
 
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use tinystore::channels::{Event, RawSubscription, Scope};
 
 use crate::args::{TsStr, TsValue, Values, bytes, text};
 use crate::cancel::{TsCancel, block_on};
-use crate::error::{TsError, call, quiet};
+use crate::error::{TS_PENDING, TsError, call, quiet};
 use crate::completions;
 use crate::store::TsStore;
 
@@ -57,6 +58,78 @@ pub unsafe extern "C" fn ts_publish(
         // The caller takes the tokens this pushes (ts_completions_try) on return.
         crate::completions::deferring(|| block_on(cancel, s.store.publish_raw(channel, &keys, data)))
     })
+}
+
+/// Outcomes of publishes that answered later ([`TS_PENDING`]), by token,
+/// until [`ts_publish_outcome`] takes them.
+static OUTCOMES: LazyLock<Mutex<HashMap<u64, tinystore::Result<()>>>> = LazyLock::new(Default::default);
+
+/// Publishes `data` (the JSON of a value) to the branch `keys` of
+/// `channel`, without waiting for the owner's answer: [`TS_OK`](crate::error::TS_OK) or
+/// [`TS_ERR`](crate::error::TS_ERR) when the publish ended within the call (always in the owning
+/// process), else [`TS_PENDING`], and `token` is pushed on the completion
+/// queue once the outcome can be taken with [`ts_publish_outcome`]. So a
+/// program's many goroutines publishing at once wait in Go, not each in a
+/// thread of its own woken per answer (a lone publish is faster with
+/// [`ts_publish`], whose thread reads its own answer). Errors: `invalid` (name, key),
+/// `limit` (over 1 MiB), `closed`, `unavailable`, `timeout`. The caller
+/// calls [`ts_completions_try`](crate::completions::ts_completions_try)
+/// right after: what this call read for the caller's subscriptions is
+/// signalled there, not to [`ts_completions_wait`](crate::completions::ts_completions_wait).
+///
+/// # Safety
+/// `s` is live; `(channel, channel_len)`, `(keys, nkeys)`, `(buf, buf_len)`
+/// and `(data, data_len)` readable; `err` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_publish_start(
+    s: *const TsStore,
+    channel: *const u8,
+    channel_len: usize,
+    keys: *const TsValue,
+    nkeys: usize,
+    buf: *const u8,
+    buf_len: usize,
+    data: *const u8,
+    data_len: usize,
+    token: u64,
+    err: *mut *mut TsError,
+) -> i32 {
+    let mut pending = false;
+    let rc = call(err, || {
+        let s = unsafe { &*s };
+        let channel = unsafe { text(channel, channel_len) }?;
+        let keys = unsafe { Values::new(keys, nkeys, buf, buf_len) }.keys()?;
+        let data = unsafe { bytes(data, data_len) };
+        // Run on the thread that reads the answer; must not block.
+        let done = move |r: tinystore::Result<()>| {
+            OUTCOMES.lock().unwrap_or_else(|e| e.into_inner()).insert(token, r);
+            completions::push(token);
+        };
+        // The caller takes the tokens this pushes (ts_completions_try) on return.
+        match crate::completions::deferring(|| s.store.publish_raw_then(channel, &keys, data, done)) {
+            Some(r) => Ok(r?),
+            None => {
+                pending = true;
+                Ok(())
+            }
+        }
+    });
+    if pending { TS_PENDING } else { rc }
+}
+
+/// Takes the outcome of the publish of [`ts_publish_start`] that gave
+/// [`TS_PENDING`] with `token`: [`TS_OK`](crate::error::TS_OK), [`TS_ERR`](crate::error::TS_ERR) (`*err` set), or
+/// [`TS_PENDING`] while it has not come (or was taken already).
+///
+/// # Safety
+/// `err` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_publish_outcome(token: u64, err: *mut *mut TsError) -> i32 {
+    let outcome = OUTCOMES.lock().unwrap_or_else(|e| e.into_inner()).remove(&token);
+    match outcome {
+        None => TS_PENDING,
+        Some(r) => call(err, || Ok(r?)),
+    }
 }
 
 /// A subscription, read with [`ts_sub_next`].

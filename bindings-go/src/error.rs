@@ -8,6 +8,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 pub const TS_OK: i32 = 0;
 /// The call failed: `*err` holds a [`TsError`].
 pub const TS_ERR: i32 = 1;
+/// The call goes on: its outcome comes later, through the completion
+/// queue (see [`ts_publish_start`](crate::channels::ts_publish_start)).
+pub const TS_PENDING: i32 = 2;
 
 /// An error: the core's stable code (`timeout`, `invalid`, `limit`,
 /// `closed`, `lost`, `owned`, `conflict`, `busy`, `sql`, `auth`, `io`,

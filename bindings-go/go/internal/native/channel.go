@@ -21,22 +21,59 @@ func (s *Store) CheckChannel(name string) error {
 	return err
 }
 
-// Publish publishes data (JSON) to the branch keys of channel.
+// Publish publishes data (JSON) to the branch keys of channel, and returns
+// once the store has it. A lone publish waits in the library, whose thread
+// reads its own answer (the fastest for one at a time); while others are
+// under way, the call returns at once (ts_publish_start) and this goroutine
+// waits for the answer in Go, so many goroutines publishing at once cost
+// no thread each, and their frames leave together.
 func (s *Store) Publish(ctx context.Context, channel string, keys []any, data []byte) error {
 	kv, err := keyValues(keys)
 	if err != nil {
 		return err
 	}
+	defer s.publishing.Add(-1)
 	var e *C.TsError
 	cp, cn := ptr(channel)
 	vp, vn, bp, bn := kv.ptrs()
 	dp, dn := bptr(data)
-	cancel, free := cancelFor(ctx)
-	rc := C.ts_publish(s.p, cp, cn, vp, vn, bp, bn, dp, dn, cancel, &e)
-	free()
-	takeNow()
+	if s.publishing.Add(1) == 1 {
+		cancel, free := cancelFor(ctx)
+		rc := C.ts_publish(s.p, cp, cn, vp, vn, bp, bn, dp, dn, cancel, &e)
+		free()
+		takeNow()
+		runtime.KeepAlive(s)
+		return result(ctx, rc, e)
+	}
+	token := newToken()
+	rc := C.ts_publish_start(s.p, cp, cn, vp, vn, bp, bn, dp, dn, C.uint64_t(token), &e)
 	runtime.KeepAlive(s)
-	return result(ctx, rc, e)
+	takeNow()
+	if rc != C.TS_PENDING {
+		return result(ctx, rc, e)
+	}
+	done := make(chan error, 1)
+	// Whoever takes the outcome first (the drain goroutine on the token's
+	// push, or this one right after registering) sends it; the other finds
+	// none. A publish whose ctx ended meanwhile has its outcome taken all
+	// the same, and dropped.
+	take := func() {
+		var e *C.TsError
+		rc := C.ts_publish_outcome(C.uint64_t(token), &e)
+		if rc == C.TS_PENDING {
+			return
+		}
+		Unregister(token)
+		done <- result(ctx, rc, e)
+	}
+	registerAt(token, take)
+	take()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Event is what a subscription reads: a message, or word of missed ones.

@@ -24,10 +24,19 @@ var completions struct {
 // Register gives a fresh token that runs f each time the library pushes it,
 // until Unregister.
 func Register(f func()) uint64 {
-	completions.once.Do(func() { go drain() })
-	t := completions.next.Add(1)
-	completions.funcs.Store(t, f)
+	t := newToken()
+	registerAt(t, f)
 	return t
+}
+
+// newToken gives a fresh token, for a call that may push it before its
+// function is registered (registerAt): that push is ignored.
+func newToken() uint64 { return completions.next.Add(1) }
+
+// registerAt runs f each time the library pushes t, until Unregister.
+func registerAt(t uint64, f func()) {
+	completions.once.Do(func() { go drain() })
+	completions.funcs.Store(t, f)
 }
 
 // Unregister forgets token t; a late push of it is ignored.
@@ -43,7 +52,7 @@ func run(buf []C.uint64_t) {
 }
 
 // takeNow runs what a call made on this goroutine pushed without waking
-// the drain goroutine (ts_publish): its own subscriptions' messages.
+// the drain goroutine (ts_publish_start): its own subscriptions' messages.
 func takeNow() {
 	var buf [64]C.uint64_t
 	for {

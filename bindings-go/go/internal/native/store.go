@@ -9,6 +9,7 @@ import "C"
 import (
 	"context"
 	"runtime"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -17,6 +18,8 @@ import (
 // Close closes the store itself (the handle stays valid).
 type Store struct {
 	p *C.TsStore
+	// Publishes of this store under way, to choose how the next one waits.
+	publishing atomic.Int64
 }
 
 func newStore(p *C.TsStore) *Store {
