@@ -67,9 +67,13 @@ asyncio.run(main())
 
 
 def test_ctrl_c_ends_a_program_waiting_for_a_key(tmp_path: Path) -> None:
+    # Ctrl+C as a terminal gives it: a suite started in the background of a
+    # non-interactive shell hands its children SIGINT ignored, and Python
+    # then never turns it into KeyboardInterrupt.
     p = subprocess.Popen(
         [sys.executable, "-c", WAITING, str(tmp_path / "s")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=python_env(),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert p.stdout is not None and p.stdout.readline().strip() == "waiting"
