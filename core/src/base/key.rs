@@ -46,10 +46,10 @@ impl fmt::Display for Key {
 macro_rules! key_from_int {
     ($($t:ty),*) => {$(
         impl From<$t> for Key {
-            fn from(v: $t) -> Key { Key(smol_str::format_smolstr!("{v}")) }
+            fn from(v: $t) -> Key { Key(SmolStr::new(itoa::Buffer::new().format(v))) }
         }
         impl From<&$t> for Key {
-            fn from(v: &$t) -> Key { Key(smol_str::format_smolstr!("{v}")) }
+            fn from(v: &$t) -> Key { Key::from(*v) }
         }
     )*};
 }
@@ -85,12 +85,31 @@ impl serde::Serialize for Key {
 impl<'de> serde::Deserialize<'de> for Key {
     /// Reads a string or an integer, so the wire and JSON may carry either.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Key, D::Error> {
-        match serde_json::Value::deserialize(d)? {
-            serde_json::Value::String(s) => Ok(Key(SmolStr::from(s))),
-            serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => Ok(Key(smol_str::format_smolstr!("{n}"))),
-            other => Err(serde::de::Error::custom(format!(
-                "a key is a string or an integer; got {other}"
-            ))),
+        struct KeyVisitor;
+        impl serde::de::Visitor<'_> for KeyVisitor {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key: a string or an integer")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Key, E> {
+                Ok(Key(SmolStr::new(v)))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> std::result::Result<Key, E> {
+                Ok(Key(SmolStr::from(v)))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<Key, E> {
+                Ok(Key::from(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<Key, E> {
+                Ok(Key::from(v))
+            }
+            fn visit_i128<E: serde::de::Error>(self, v: i128) -> std::result::Result<Key, E> {
+                Ok(Key::from(v))
+            }
+            fn visit_u128<E: serde::de::Error>(self, v: u128) -> std::result::Result<Key, E> {
+                Ok(Key::from(v))
+            }
         }
+        d.deserialize_any(KeyVisitor)
     }
 }

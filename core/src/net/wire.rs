@@ -267,13 +267,17 @@ const NULL_ANSWER_SUFFIX: &[u8] = b",\"ok\":null}";
 /// Appends a `msg` event's frame: the message's JSON copied as is, never
 /// reparsed. The shape [`fast_reply`] reads: change both together.
 pub(crate) fn encode_msg(buf: &mut Vec<u8>, sub: u64, branch: &[Key], seq: u64, next: u64, data: &[u8]) {
-    use std::io::Write;
     let start = buf.len();
     buf.extend_from_slice(&[0; 4]);
     buf.extend_from_slice(MSG_PREFIX);
-    write!(buf, "{sub},\"branch\":").expect("writes to a Vec");
+    push_u64(buf, sub);
+    buf.extend_from_slice(b",\"branch\":");
     serde_json::to_writer(&mut *buf, branch).expect("keys serialize");
-    write!(buf, ",\"seq\":{seq},\"next\":{next},\"data\":").expect("writes to a Vec");
+    buf.extend_from_slice(b",\"seq\":");
+    push_u64(buf, seq);
+    buf.extend_from_slice(b",\"next\":");
+    push_u64(buf, next);
+    buf.extend_from_slice(b",\"data\":");
     buf.extend_from_slice(data);
     buf.push(b'}');
     let len = (buf.len() - start - 4) as u32;
@@ -282,11 +286,10 @@ pub(crate) fn encode_msg(buf: &mut Vec<u8>, sub: u64, branch: &[Key], seq: u64, 
 
 /// Appends the frame of an answer `{"id":N,"ok":null}` (a publish's).
 pub(crate) fn encode_null_answer(buf: &mut Vec<u8>, id: u64) {
-    use std::io::Write;
     let start = buf.len();
     buf.extend_from_slice(&[0; 4]);
     buf.extend_from_slice(ANSWER_PREFIX);
-    write!(buf, "{id}").expect("writes to a Vec");
+    push_u64(buf, id);
     buf.extend_from_slice(NULL_ANSWER_SUFFIX);
     let len = (buf.len() - start - 4) as u32;
     buf[start..start + 4].copy_from_slice(&len.to_be_bytes());
@@ -297,12 +300,12 @@ pub(crate) fn encode_null_answer(buf: &mut Vec<u8>, id: u64) {
 /// [`fast_publish`] reads), without building the request: `data` is one
 /// JSON value already checked, copied as is.
 pub(crate) fn publish_frame(id: u64, channel: &str, branch: &[Key], data: &RawValue) -> Vec<u8> {
-    use std::io::Write;
     let data = data.get().as_bytes();
     let mut buf = Vec::with_capacity(64 + channel.len() + 8 * branch.len() + data.len());
     buf.extend_from_slice(&[0; 4]);
     buf.extend_from_slice(ANSWER_PREFIX);
-    write!(buf, "{id},\"op\":\"publish\",\"channel\":").expect("writes to a Vec");
+    push_u64(&mut buf, id);
+    buf.extend_from_slice(b",\"op\":\"publish\",\"channel\":");
     serde_json::to_writer(&mut buf, channel).expect("a name serializes");
     buf.extend_from_slice(b",\"branch\":");
     serde_json::to_writer(&mut buf, branch).expect("keys serialize");
@@ -361,7 +364,10 @@ pub fn fast_publish(frame: &[u8]) -> Option<Request<'_>> {
     let channel = std::str::from_utf8(&rest[..n]).ok().filter(|_| n > 0)?;
     let rest = rest[n..].strip_prefix(b"\",\"branch\":")?;
     let (branch, rest) = json_array(rest)?;
-    let branch: Vec<Key> = serde_json::from_slice(branch).ok()?;
+    let branch: Vec<Key> = match plain_keys(branch) {
+        Some(keys) => keys,
+        None => serde_json::from_slice(branch).ok()?,
+    };
     let data = rest.strip_prefix(b",\"data\":")?.strip_suffix(b"}")?;
     let data: &RawValue = serde_json::from_str(std::str::from_utf8(data).ok()?).ok()?;
     Some(Request { id, op: "publish".into(), channel: Some(channel.to_owned()), branch: Some(branch), data: Some(data), ..Default::default() })
@@ -373,8 +379,45 @@ fn number(b: &[u8]) -> Option<(u64, &[u8])> {
     if n == 0 || n > 20 || (n > 1 && b[0] == b'0') {
         return None;
     }
-    let v = std::str::from_utf8(&b[..n]).ok()?.parse().ok()?;
+    let mut v: u64 = 0;
+    for &c in &b[..n] {
+        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    }
     Some((v, &b[n..]))
+}
+
+/// The keys of a branch array as our client writes it (no spaces; strings
+/// without escapes; integers, as text, from 0 up) read without serde; `None`
+/// for any other shape, left to serde, which reads it the same or errs.
+fn plain_keys(array: &[u8]) -> Option<Vec<Key>> {
+    let mut rest = array.strip_prefix(b"[")?.strip_suffix(b"]")?;
+    let mut keys = Vec::with_capacity(rest.iter().filter(|&&c| c == b',').count() + 1);
+    while !rest.is_empty() {
+        let (key, after) = match rest[0] {
+            b'"' => {
+                let n = rest[1..].iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
+                (rest[1 + n] == b'"').then_some(())?;
+                (std::str::from_utf8(&rest[1..1 + n]).ok()?, &rest[n + 2..])
+            }
+            b'0'..=b'9' => {
+                let (_, after) = number(rest)?;
+                (std::str::from_utf8(&rest[..rest.len() - after.len()]).ok()?, after)
+            }
+            _ => return None,
+        };
+        keys.push(Key::from(key));
+        rest = match after.split_first() {
+            None => after,
+            Some((b',', more)) if !more.is_empty() => more,
+            _ => return None,
+        };
+    }
+    Some(keys)
+}
+
+/// Appends `v` in decimal (no `fmt` machinery: this runs per message).
+fn push_u64(buf: &mut Vec<u8>, v: u64) {
+    buf.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
 /// The JSON array of integers and strings at the start of `b` (its bytes,
@@ -658,6 +701,25 @@ mod tests {
                 let full: Request = serde_json::from_slice(&frame).unwrap();
                 assert_eq!(serde_json::to_string(&fast).unwrap(), serde_json::to_string(&full).unwrap());
             }
+        }
+    }
+
+    #[test]
+    fn wire_01_branch_keys_read_fast_equal_serde_or_are_left_to_it() {
+        for array in [
+            &b"[]"[..], b"[7]", b"[0]", b"[07]", b"[-3]", b"[-0]", b"[1.5]", b"[1e3]", b"[\"a\",\"b\"]", b"[\"\xc3\xa9\"]", b"[\"\"]",
+            b"[ \"a\"]", b"[\"a\",]", b"[,]", b"[\"a\\\"b\"]", b"[18446744073709551615]", b"[18446744073709551616]", b"[\"a\"7]",
+            b"[\"\xff\"]", b"[\"tab\there\"]", b"[true]", b"[null]", b"[3,\"x\",42]",
+        ] {
+            let by_serde = serde_json::from_slice::<Vec<Key>>(array).ok();
+            if let Some(keys) = plain_keys(array) {
+                assert_eq!(Some(keys), by_serde, "{}", String::from_utf8_lossy(array));
+            }
+        }
+        assert_eq!(plain_keys(b"[3,\"x\",42]"), Some(vec![Key::from(3), Key::from("x"), Key::from(42)]));
+        assert_eq!(plain_keys(b"[]"), Some(vec![]));
+        for odd in [&b"[07]"[..], b"[-3]", b"[1.5]", b"[\"a\",]", b"[,]", b"[ \"a\"]", b"[\"\xff\"]", b"[\"a\\\"b\"]"] {
+            assert_eq!(plain_keys(odd), None, "{}", String::from_utf8_lossy(odd));
         }
     }
 
