@@ -308,6 +308,9 @@ impl Server {
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let mut c = ServedConnection { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), woken: Vec::new(), tickets: HashMap::new() };
         let mut reader = FrameReader::new(rd);
+        // The first frame of what was read together marks when the client
+        // was last heard from (one clock read a batch, not a frame).
+        let mut batch_start = true;
         loop {
             if out.closed.load(Ordering::Acquire) {
                 break;
@@ -325,7 +328,9 @@ impl Server {
                     break;
                 }
             };
-            *out.last_heard.lock() = Instant::now();
+            if std::mem::take(&mut batch_start) {
+                *out.last_heard.lock() = Instant::now();
+            }
             // Answers to requests read together leave in one write.
             out.sink.cork();
             // A publish in our client's exact shape is read without the full parse.
@@ -359,6 +364,7 @@ impl Server {
                 }
             }
             if !reader.has_frame() {
+                batch_start = true;
                 // Deliveries first: a client that publishes and subscribes on
                 // this connection gets its answers and messages in one read.
                 runtime::run_woken(&mut c.woken);
