@@ -490,6 +490,17 @@ impl<R: tokio::io::AsyncRead + Unpin> FrameReader<R> {
         whole_frame(&self.buf[self.start..]).is_some()
     }
 
+    /// The next frame's JSON if it is already read whole; no read.
+    pub fn buffered(&mut self) -> Option<Result<&[u8]>> {
+        let len = match whole_frame(&self.buf[self.start..])? {
+            Ok(len) => len,
+            Err(e) => return Some(Err(e)),
+        };
+        let s = self.start + 4;
+        self.start += 4 + len;
+        Some(Ok(&self.buf[s..s + len]))
+    }
+
     /// The next frame's JSON; `Ok(None)` at a clean end of the stream.
     /// Errors with `protocol` for a frame over [`MAX_FRAME_BYTES`] or a
     /// stream cut inside a frame.
