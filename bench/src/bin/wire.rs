@@ -96,8 +96,11 @@ fn pipelined_messages() -> u64 {
     std::env::var("WIRE_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(200_000)
 }
 
-fn ours_pipelined(store: &Store) -> f64 {
-    let sub = runtime::block_on(store.subscribe_raw("bench", &[Key::from(2)], Scope::Branch, None)).unwrap();
+/// 64 publishes in flight from `store`, read by a subscription of
+/// `subscriber` (its own connection, as Redis's and NATS's subscribers have,
+/// or the publisher's store: one connection for both).
+fn ours_pipelined(store: &Store, subscriber: &Store) -> f64 {
+    let sub = runtime::block_on(subscriber.subscribe_raw("bench", &[Key::from(2)], Scope::Branch, None)).unwrap();
     let n = pipelined_messages();
     let got = Arc::new(AtomicU64::new(0));
     let g = got.clone();
@@ -536,7 +539,7 @@ fn main() {
         };
         println!("| {name} | {ours:.0}/s | {theirs:.0}/s | {:.2} | {nats} | {trips} |", ours / theirs);
     };
-    // WIRE_ONLY=publish-1|publish-64|fanout|hold|contended|tx runs one row
+    // WIRE_ONLY=publish-1|publish-64|publish-64-shared|fanout|hold|contended|tx runs one row
     // (a comma-separated list runs several), and WIRE_OURS_ONLY=1 skips the
     // peers (for profiling).
     let only = std::env::var("WIRE_ONLY").ok();
@@ -554,7 +557,11 @@ fn main() {
     };
     let fan_run = AtomicU64::new(0);
     row("publish→deliver, one at a time", "publish-1", &|| ours_one_at_a_time(&store), &|| redis_one_at_a_time(&url), None, true);
-    row("publish→deliver, 64 in flight", "publish-64", &|| ours_pipelined(&store), &|| redis_pipelined(&url), Some(&|u| nats_publish(u, 1, pipelined_messages())), false);
+    let subscriber = Store::connect(&address).unwrap();
+    row("publish→deliver, 64 in flight", "publish-64", &|| ours_pipelined(&store, &subscriber), &|| redis_pipelined(&url), Some(&|u| nats_publish(u, 1, pipelined_messages())), false);
+    // One store publishing and subscribing: Redis cannot (a subscribed
+    // connection only listens), so its peer is the same two connections.
+    row("publish→deliver, 64 in flight, one connection for both (Redis: two)", "publish-64-shared", &|| ours_pipelined(&store, &store), &|| redis_pipelined(&url), None, false);
     row(
         "fan-out: 1 publisher (64 in flight), 100 subscribing connections (deliveries)",
         "fanout",
