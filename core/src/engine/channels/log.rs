@@ -23,8 +23,11 @@ pub struct Msg {
     pub data: Box<[u8]>,
 }
 
+/// A reader's wakers; inline, so a publish that wakes one allocates nothing.
+type Wakers = smallvec::SmallVec<[Waker; 2]>;
+
 struct Pushed {
-    wakers: Vec<Waker>,
+    wakers: Wakers,
     evicted: (usize, usize),
     kept_at: Option<u64>,
 }
@@ -51,7 +54,7 @@ struct LogState {
     next: u64,
     bytes: usize,
     readers: usize,
-    wakers: Vec<Waker>,
+    wakers: Wakers,
     closed: bool,
 }
 
@@ -64,7 +67,7 @@ impl Log {
                 next: 1,
                 bytes: 0,
                 readers: 0,
-                wakers: Vec::new(),
+                wakers: Wakers::new(),
                 closed: false,
             }),
             budget,
@@ -94,9 +97,9 @@ impl Log {
         };
         for (log, p) in done {
             p.wakers.into_iter().for_each(Waker::wake);
-            log.budget.released(p.evicted.0, p.evicted.1);
-            if let Some(pos) = p.kept_at {
-                log.budget.added(log, pos, size);
+            match p.kept_at {
+                Some(pos) => log.budget.added(log, pos, size, p.evicted),
+                None => log.budget.released(p.evicted.0, p.evicted.1),
             }
         }
         seq
@@ -107,7 +110,7 @@ impl Log {
         s.next += 1;
         if s.readers == 0 || s.closed {
             s.first = s.next;
-            return Pushed { wakers: Vec::new(), evicted: (0, 0), kept_at: None };
+            return Pushed { wakers: Wakers::new(), evicted: (0, 0), kept_at: None };
         }
         s.bytes += msg.data.len();
         s.ring.push_back(msg);
@@ -231,24 +234,36 @@ impl Log {
         wakers.into_iter().for_each(Waker::wake);
     }
 
-    /// Drops the oldest message if it is still at position `pos`.
-    fn evict_if_first(&self, pos: u64) -> usize {
+    /// Drops the oldest message if it is older than `to` (the end of a run
+    /// of the budget's), and says where the run's live part now starts:
+    /// `to` once none of it is left.
+    fn evict_before(&self, to: u64) -> u64 {
         let mut s = self.state.lock();
-        if s.first == pos && !s.ring.is_empty() {
+        if s.first < to && !s.ring.is_empty() {
             let old = s.ring.pop_front().expect("ring is not empty");
             s.first += 1;
             s.bytes -= old.data.len();
+            let first = s.first;
             drop(s);
             self.budget.released(old.data.len(), 1);
-            return old.data.len();
+            return first.min(to);
         }
-        0
+        to
     }
 
-    fn holds(&self, pos: u64) -> bool {
+    /// The positions kept now: from the oldest to one past the newest.
+    fn kept_positions(&self) -> (u64, u64) {
         let s = self.state.lock();
-        pos >= s.first && pos < s.next
+        if s.ring.is_empty() { (s.next, s.next) } else { (s.first, s.next) }
     }
+}
+
+/// Messages of one log at consecutive positions `from..to`, added to the
+/// budget one after another: a busy branch is one entry, not one per message.
+struct Run {
+    log: Weak<Log>,
+    from: u64,
+    to: u64,
 }
 
 /// The store-wide budget of channel memory (64 MiB): past it, the oldest
@@ -257,7 +272,8 @@ pub(crate) struct Budget {
     limit: isize,
     /// Signed: a log may release a message before its addition is counted.
     bytes: AtomicIsize,
-    order: Mutex<VecDeque<(Weak<Log>, u64)>>,
+    /// Oldest first; a run's messages may have left their log already.
+    order: Mutex<VecDeque<Run>>,
     /// Messages kept in logs now.
     count: AtomicIsize,
 }
@@ -279,23 +295,77 @@ impl Budget {
         }
     }
 
-    fn added(&self, log: &Arc<Log>, pos: u64, size: usize) {
-        let total = self.bytes.fetch_add(size as isize, Ordering::Relaxed) + size as isize;
-        self.count.fetch_add(1, Ordering::Relaxed);
+    /// Counts a message of `size` bytes kept at `pos` of `log`, and the
+    /// `evicted` (bytes, count) its log let go to keep it (one update of
+    /// the counters for both: a full branch's publish nets to no count).
+    fn added(&self, log: &Arc<Log>, pos: u64, size: usize, evicted: (usize, usize)) {
+        let grown = size as isize - evicted.0 as isize;
+        let total = self.bytes.fetch_add(grown, Ordering::Relaxed) + grown;
+        if evicted.1 != 1 {
+            self.count.fetch_add(1 - evicted.1 as isize, Ordering::Relaxed);
+        }
         let mut order = self.order.lock();
-        order.push_back((Arc::downgrade(log), pos));
+        match order.back_mut() {
+            Some(run) if run.to == pos && std::ptr::eq(run.log.as_ptr(), Arc::as_ptr(log)) => run.to += 1,
+            _ => order.push_back(Run { log: Arc::downgrade(log), from: pos, to: pos + 1 }),
+        }
         if total > self.limit {
             while self.bytes.load(Ordering::Relaxed) > self.limit {
-                let Some((w, p)) = order.pop_front() else { break };
-                if let Some(l) = w.upgrade() {
-                    l.evict_if_first(p);
+                let Some(run) = order.front_mut() else { break };
+                run.from = match run.log.upgrade() {
+                    Some(l) => l.evict_before(run.to),
+                    None => run.to,
+                };
+                if run.from >= run.to {
+                    order.pop_front();
                 }
             }
         }
-        // Entries whose message already left its log pile up behind live
+        // Runs whose messages already left their log pile up behind live
         // ones; drop them once they outnumber what is still kept.
         if order.len() as isize > 2 * self.count.load(Ordering::Relaxed) + 4096 {
-            order.retain(|(w, p)| w.upgrade().is_some_and(|l| l.holds(*p)));
+            order.retain_mut(|run| {
+                let Some((first, next)) = run.log.upgrade().map(|l| l.kept_positions()) else { return false };
+                run.from = run.from.max(first);
+                run.from < run.to.min(next)
+            });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn publish(log: &Arc<Log>, bytes: usize) {
+        Log::publish(log, &[], Arc::from(Vec::<Key>::new()), vec![b'1'; bytes].into_boxed_slice());
+    }
+
+    #[test]
+    fn chan_07_budget_leaves_the_oldest_first_across_branches() {
+        let budget = Budget::new(1000);
+        let (a, b) = (Log::new(budget.clone()), Log::new(budget.clone()));
+        a.attach(None);
+        b.attach(None);
+        (0..5).for_each(|_| publish(&a, 100));
+        (0..5).for_each(|_| publish(&b, 100));
+        publish(&a, 100);
+        assert_eq!(a.kept(), (5, 500), "a's oldest left for its newest");
+        assert_eq!(b.kept(), (5, 500));
+        (0..3).for_each(|_| publish(&b, 100));
+        assert_eq!(a.kept(), (2, 200), "a's older messages left before any of b's");
+        assert_eq!(b.kept(), (8, 800));
+        assert_eq!(budget.bytes(), 1000);
+    }
+
+    #[test]
+    fn chan_07_budget_counts_a_busy_branch_as_one_run_not_one_entry_per_message() {
+        let budget = Budget::new(crate::base::limits::STORE_CHANNEL_BYTES);
+        let log = Log::new(budget.clone());
+        log.attach(None);
+        (0..10_000).for_each(|_| publish(&log, 10));
+        assert_eq!(log.kept(), (BRANCH_LOG_MESSAGES, BRANCH_LOG_MESSAGES * 10));
+        assert_eq!(budget.order.lock().len(), 1);
+        assert_eq!(budget.bytes(), BRANCH_LOG_MESSAGES * 10);
     }
 }

@@ -124,7 +124,7 @@ impl Channels {
     /// a subscriber. Errors with `limit` past 1 MiB; nothing is published then.
     pub(crate) fn publish(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<u64> {
         check_message(&data)?;
-        let (node, parents) = {
+        let (node, parents, recursive) = {
             let chans = self.channels.read();
             let Some(ch) = chans.get(channel) else { return Ok(0) };
             let node = ch.branches.get(branch).cloned();
@@ -133,7 +133,7 @@ impl Channels {
             } else {
                 Vec::new()
             };
-            (node, parents)
+            (node, parents, ch.recursive > 0)
         };
         let node = match node {
             Some(n) => n,
@@ -143,7 +143,9 @@ impl Channels {
             None => return Ok(0),
         };
         let mut trees = parents;
-        if let Some(t) = node.tree.lock().clone() {
+        // Without a recursive subscription in the channel no tree is read
+        // (one being made now is attached after this message).
+        if recursive && let Some(t) = node.tree.lock().clone() {
             trees.push(t);
         }
         Ok(Log::publish(&node.own, &trees, node.path.clone(), data))
