@@ -167,7 +167,9 @@ fn row(name: &str, ours: impl Fn() -> f64, peer_name: &str, peer: impl Fn() -> f
     if !wanted(name) {
         return;
     }
-    let (ours, peer) = (best(ours), best(peer));
+    // `ENGINE_OURS_ONLY=1` skips the peer (a profile of ours alone).
+    let peer = if std::env::var_os("ENGINE_OURS_ONLY").is_some() { f64::NAN } else { best(peer) };
+    let ours = best(ours);
     println!("| {name} | {:>12.0} /s | {peer_name} | {:>12.0} /s | {:>6.3} |", ours, peer, ours / peer);
 }
 

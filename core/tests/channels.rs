@@ -239,6 +239,26 @@ fn chan_06_recursive_subscription_gets_branch_and_everything_below_in_order() {
     sub.stop();
 }
 
+/// A recursive handler is given each message's own branch, whether the
+/// branches come in runs (the handler's own copy of a busy branch) or turn
+/// about.
+#[test]
+fn chan_06_recursive_handler_sees_each_messages_own_branch_in_runs_and_in_turns() {
+    let (store, _d) = common::store();
+    let events = store.channel::<u64>("c").open().unwrap();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = got.clone();
+    let sub = events.under("t").recursive().subscribe(move |m| g.lock().unwrap().push((m.value, m.branch.to_vec()))).unwrap();
+    let order = [1, 1, 1, 2, 1, 2, 2, 2, 1];
+    for (i, b) in order.iter().enumerate() {
+        events.under("t").under(*b).publish(&(i as u64)).unwrap();
+    }
+    assert!(common::eventually(2000, || got.lock().unwrap().len() == order.len()));
+    let want: Vec<_> = order.iter().enumerate().map(|(i, b)| (i as u64, vec![Key::from("t"), Key::from(*b)])).collect();
+    assert_eq!(*got.lock().unwrap(), want);
+    sub.stop();
+}
+
 /// C13 and CHAN-07: 1 MiB + 1 byte is refused on that call only; exactly
 /// 1 MiB is accepted; the next small publish works.
 #[test]

@@ -99,7 +99,7 @@ pub struct Message<T> {
     /// The value that was published.
     pub value: T,
     /// The branch it was published to, from the channel's root (shared by
-    /// every subscriber of the message, never copied).
+    /// the subscription's messages of that branch).
     pub branch: Arc<[Key]>,
     /// Its sequence in that branch: each message one more than the one before.
     pub seq: u64,
@@ -148,8 +148,7 @@ impl<T: Serialize> Branch<T> {
     /// over 1 MiB of JSON (nothing is published), `invalid` for a key out of
     /// rule, `closed` for a closed store.
     pub fn publish(&self, value: &T) -> Result<()> {
-        let data = serde_json::to_vec(value)?.into_boxed_slice();
-        self.store.publish_raw(&self.channel, &self.path, data).wait()
+        self.store.publish_raw(&self.channel, &self.path, json_bytes(value)?).wait()
     }
 }
 
@@ -185,8 +184,30 @@ impl<T: DeserializeOwned + Send + 'static> Branch<T> {
     pub fn messages(&self) -> Result<Messages<T>> {
         self.check_path()?;
         let raw = runtime::block_on(self.store.subscribe_raw(&self.channel, &self.path, Scope::Branch, None))?;
-        Ok(Messages { raw, _t: PhantomData })
+        Ok(Messages { raw, branch: BranchCopy::default(), _t: PhantomData })
     }
+}
+
+/// `value` as JSON, in a box of its exact size. Written into a buffer this
+/// thread keeps, then copied: a publish pays one allocation, not a growing
+/// vector's and a shrink's.
+pub(crate) fn json_bytes<T: Serialize + ?Sized>(value: &T) -> Result<Box<[u8]>> {
+    thread_local! {
+        static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUFFER.with(|b| match b.try_borrow_mut() {
+        Ok(mut buf) => {
+            buf.clear();
+            serde_json::to_writer(&mut *buf, value)?;
+            let out = Box::from(&buf[..]);
+            if buf.capacity() > 64 << 10 {
+                *buf = Vec::new();
+            }
+            Ok(out)
+        }
+        // A `Serialize` that publishes while it runs.
+        Err(_) => Ok(serde_json::to_vec(value)?.into_boxed_slice()),
+    })
 }
 
 type MissedFn = Box<dyn FnMut(Missed) + Send>;
@@ -236,6 +257,7 @@ impl<T: DeserializeOwned + Send + 'static> Subscriber<T> {
                 handler: Box::new(handler),
                 on_missed: self.on_missed,
                 on_error: self.on_error,
+                branch: BranchCopy::default(),
                 _t: PhantomData,
             }),
         });
@@ -249,7 +271,34 @@ struct Handlers<T> {
     handler: Box<dyn FnMut(Message<T>) + Send>,
     on_missed: Option<MissedFn>,
     on_error: Option<ErrorFn>,
+    branch: BranchCopy,
     _t: PhantomData<fn() -> T>,
+}
+
+/// A subscription's own copy of the branch its messages keep coming from.
+/// The engine's `Arc` of a branch is shared with the publishing thread;
+/// counting references to it from both cores for every message was the
+/// largest cost of an in-process subscriber (docs/performance.md).
+#[derive(Default)]
+struct BranchCopy {
+    /// The engine's branch last seen, kept so its address is not reused.
+    seen: Option<Arc<[Key]>>,
+    /// Made when a second message in a row came from `seen`.
+    copy: Option<Arc<[Key]>>,
+}
+
+impl BranchCopy {
+    /// `shared`, or this subscription's copy of it.
+    fn of(&mut self, shared: &Arc<[Key]>) -> Arc<[Key]> {
+        match &self.seen {
+            Some(seen) if Arc::ptr_eq(seen, shared) => self.copy.get_or_insert_with(|| Arc::from(&shared[..])).clone(),
+            _ => {
+                self.seen = Some(shared.clone());
+                self.copy = None;
+                shared.clone()
+            }
+        }
+    }
 }
 
 struct Control<T> {
@@ -274,8 +323,9 @@ async fn deliver<T: DeserializeOwned + Send + 'static>(ctl: Arc<Control<T>>) {
             DELIVERING.with(|d| d.set(id));
             let mut next = Some(first);
             // What was ready at the last look, read at once (one lock of the
-            // branch's log for a burst, not one per message).
-            let mut ready = Vec::new().into_iter();
+            // branch's log for a burst, not one per message), newest first:
+            // the next is popped off the end, and the vector is kept.
+            let mut ready: Vec<Event> = Vec::new();
             while let Some(ev) = next {
                 let mut h = c.handlers.lock();
                 if c.stopped.load(Ordering::Acquire) {
@@ -283,11 +333,10 @@ async fn deliver<T: DeserializeOwned + Send + 'static>(ctl: Arc<Control<T>>) {
                 }
                 h.run(ev);
                 drop(h);
-                next = ready.next().or_else(|| {
-                    let mut batch = Vec::new();
-                    c.raw.read_ready(&mut batch, READY_BATCH);
-                    ready = batch.into_iter();
-                    ready.next()
+                next = ready.pop().or_else(|| {
+                    c.raw.read_ready(&mut ready, READY_BATCH);
+                    ready.reverse();
+                    ready.pop()
                 });
                 next = next.or_else(|| {
                     // Stay on this thread a moment: a busy branch then costs
@@ -320,7 +369,7 @@ impl<T: DeserializeOwned> Handlers<T> {
             }
             Event::Message(msg) => match serde_json::from_slice::<T>(&msg.data) {
                 Ok(value) => {
-                    let m = Message { value, branch: msg.branch.clone(), seq: msg.seq };
+                    let m = Message { value, branch: self.branch.of(&msg.branch), seq: msg.seq };
                     if let Err(e) = guard(|| (self.handler)(m)) {
                         self.error(e);
                     }
@@ -429,6 +478,7 @@ impl Drop for Subscription {
 /// Ends when the store closes.
 pub struct Messages<T> {
     raw: RawSubscription,
+    branch: BranchCopy,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -436,16 +486,16 @@ impl<T: DeserializeOwned> Messages<T> {
     /// The next delivery, waiting at most `timeout`; `Ok(None)` on timeout or end.
     pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<Delivery<T>>> {
         let ev = runtime::block_on(async { tokio::time::timeout(timeout, self.raw.next()).await.ok().flatten() });
-        ev.map(decode).transpose()
+        ev.map(|ev| decode(ev, &mut self.branch)).transpose()
     }
 }
 
-fn decode<T: DeserializeOwned>(ev: Event) -> Result<Delivery<T>> {
+fn decode<T: DeserializeOwned>(ev: Event, branch: &mut BranchCopy) -> Result<Delivery<T>> {
     Ok(match ev {
         Event::Missed(m) => Delivery::Missed(m),
         Event::Message(msg) => Delivery::Message(Message {
             value: serde_json::from_slice(&msg.data)?,
-            branch: msg.branch.clone(),
+            branch: branch.of(&msg.branch),
             seq: msg.seq,
         }),
     })
@@ -454,6 +504,6 @@ fn decode<T: DeserializeOwned>(ev: Event) -> Result<Delivery<T>> {
 impl<T: DeserializeOwned> Iterator for Messages<T> {
     type Item = Result<Delivery<T>>;
     fn next(&mut self) -> Option<Self::Item> {
-        runtime::block_on(self.raw.next()).map(decode)
+        runtime::block_on(self.raw.next()).map(|ev| decode(ev, &mut self.branch))
     }
 }

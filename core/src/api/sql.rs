@@ -662,7 +662,7 @@ impl<'t, T: Serialize> TxBranch<'t, T> {
     /// Publishes `value` when the transaction commits; nothing if it rolls
     /// back. Errors now: `limit` (over 1 MiB), `invalid`.
     pub fn publish(&self, value: &T) -> Result<()> {
-        let data = serde_json::to_vec(value)?.into_boxed_slice();
+        let data = crate::api::channels::json_bytes(value)?;
         self.tx.publish_raw(self.branch.store(), self.branch.channel(), self.branch.path(), data)
     }
 }
