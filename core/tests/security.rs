@@ -47,6 +47,27 @@ fn sec_01_tcp_needs_a_token_and_roles_limit_what_it_may_do() {
     assert_eq!(writer.shutdown_owner().unwrap_err().code(), "auth");
 }
 
+/// The tokens file is read again when it changed: a token made with
+/// `tinystore token new` while the store serves connects at once, and one
+/// taken out of the file is refused from the next connection on.
+#[test]
+fn sec_01_a_token_added_or_removed_while_serving_counts_from_the_next_connection() {
+    let (store, d) = common::store();
+    let addr = format!("tcp:127.0.0.1:{}", free_port());
+    let tokens = d.path().join("tokens");
+    std::fs::write(&tokens, "data datatoken\n").unwrap();
+    store.serve(&addr).unwrap();
+    let with = |t: &str| Store::connect_with(&addr, ConnectOptions::new().token(t));
+    assert_eq!(with("newtoken").err().unwrap().code(), "auth", "not in the file yet");
+    std::fs::write(&tokens, "data datatoken\ndata newtoken\n").unwrap();
+    let new = with("newtoken").expect("a token added while serving");
+    new.channel::<u64>("c").open().unwrap().under(1).publish(&1).unwrap();
+    std::fs::write(&tokens, "data newtoken\n").unwrap();
+    assert_eq!(with("datatoken").err().unwrap().code(), "auth", "a token taken out of the file");
+    with("newtoken").unwrap();
+    new.channel::<u64>("c").open().unwrap().under(1).publish(&2).expect("a connection made before goes on");
+}
+
 /// Test certificates made at test time: a CA, a certificate it signed for
 /// localhost and 127.0.0.1 with its key, and an unrelated self-signed one.
 struct Pki {

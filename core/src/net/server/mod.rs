@@ -580,13 +580,21 @@ fn bind_tcp(scheme: &str, hp: &str) -> Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::from_std(std_l).map_err(|e| Error::io("tcp listener", e))
 }
 
-/// The tokens of TCP and TLS clients: `<dir>/tokens`, one `role token` a line.
+/// The tokens of TCP and TLS clients: `<dir>/tokens`, one `role token` a
+/// line. Read again at each connection's `hello`, so a token made or taken
+/// out while the store serves counts from the next connection on.
 pub(crate) struct Tokens {
-    list: Vec<(Role, Vec<u8>)>,
+    dir: std::path::PathBuf,
 }
 
 impl Tokens {
+    /// Checks the file now: serving TCP or TLS without a token is an error.
     pub(crate) fn load(dir: &std::path::Path) -> Result<Tokens> {
+        Self::read(dir)?;
+        Ok(Tokens { dir: dir.to_path_buf() })
+    }
+
+    fn read(dir: &std::path::Path) -> Result<Vec<(Role, Vec<u8>)>> {
         let path = dir.join("tokens");
         let text = std::fs::read_to_string(&path).map_err(|_| {
             Error::new(
@@ -603,15 +611,21 @@ impl Tokens {
         if list.is_empty() {
             return Err(Error::new(ErrorKind::Auth, format!("{} has no token", path.display())));
         }
-        Ok(Tokens { list })
+        Ok(list)
     }
 
-    /// The role of `token`, compared in constant time; the token is never logged.
+    /// The role of `token`, compared in constant time; the token is never
+    /// logged. A tokens file that is gone or out of shape lets nobody in
+    /// (the owner says why on its stderr; the client is told `auth`).
     fn check(&self, token: Option<&str>) -> Result<Role> {
         use subtle::ConstantTimeEq;
+        let list = Self::read(&self.dir).unwrap_or_else(|e| {
+            eprintln!("tinystore: refusing TCP and TLS clients: {e}");
+            Vec::new()
+        });
         let given = token.unwrap_or("").as_bytes();
         let mut found = None;
-        for (role, t) in &self.list {
+        for (role, t) in &list {
             if bool::from(t.as_slice().ct_eq(given)) {
                 found = Some(*role);
             }
