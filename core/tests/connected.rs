@@ -608,6 +608,28 @@ fn chan_03_connected_commit_after_close_rolls_back() {
 
 /// STORE-01: a closed handle says so when asked for its status, owned or
 /// connected, instead of showing what it last knew.
+/// A path that cannot be a store gets an `invalid` error that says why and
+/// what to give instead; a damaged `kv.db` is named, with what to do.
+#[test]
+fn store_01_an_empty_path_a_file_or_a_damaged_kv_db_is_a_clear_error() {
+    let d = tempfile::tempdir().unwrap();
+    let e = Store::open("").err().expect("an empty path");
+    assert_eq!(e.code(), "invalid", "{e}");
+    assert!(e.message().contains("empty"), "{e}");
+    let file = d.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let e = Store::open(&file).err().expect("a file");
+    assert_eq!(e.code(), "invalid", "{e}");
+    assert!(e.message().contains("not a directory"), "{e}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"x", "the file is left as it was");
+    let dir = d.path().join("store");
+    drop(Store::open(&dir).unwrap());
+    std::fs::write(dir.join("kv.db"), vec![0x5a; 4096]).unwrap();
+    let e = Store::open(&dir).err().expect("a damaged kv.db");
+    assert!(e.message().contains(&dir.join("kv.db").display().to_string()), "{e}");
+    assert!(e.message().contains("backup"), "{e}");
+}
+
 #[test]
 fn store_01_status_of_a_closed_store_is_a_closed_error() {
     let (owner, client, _d) = owner_and_client();

@@ -82,7 +82,24 @@ pub(crate) fn take_dir_lock(dir: &Path) -> Result<DirLock> {
 /// Writes and returns this open's epoch: `max(now_ms, previous + 1)`, synced
 /// to `kv.db` before any lease is given (LOCK-02).
 pub(crate) fn next_epoch(dir: &Path, clock_ms: Option<u64>) -> Result<u64> {
-    let mut db = rusqlite::Connection::open(dir.join("kv.db"))?;
+    let path = dir.join("kv.db");
+    write_epoch(&path, clock_ms).map_err(|e| {
+        if e.kind() != ErrorKind::Sql {
+            return e;
+        }
+        Error::new(
+            ErrorKind::Sql,
+            format!(
+                "could not keep the store's epoch in {}: {}; restore the file from a backup, or move it away to start it again (fences then go on from the clock, which must not have gone back)",
+                path.display(),
+                e.message()
+            ),
+        )
+    })
+}
+
+fn write_epoch(path: &Path, clock_ms: Option<u64>) -> Result<u64> {
+    let mut db = rusqlite::Connection::open(path)?;
     db.pragma_update(None, "synchronous", "FULL")?;
     db.busy_timeout(Duration::from_secs(5))?;
     let tx = db.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
