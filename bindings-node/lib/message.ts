@@ -41,5 +41,34 @@ export function encode(value: unknown): string {
       `a message is a value JSON can carry, like { kind: 'message', id: 7 }; got ${describe(value)}`,
     )
   }
+  // JSON.stringify writes NaN and Infinity as null, a Map or a Set as {},
+  // and a lone surrogate as an escape no UTF-8 reader takes. Looked at again
+  // only when the text has one of those shapes: a plain message pays a scan.
+  if (json.includes('null') || json.includes('{}') || json.includes('\\u')) refuseChanged(value)
   return json
+}
+
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
+
+/** Throws an InvalidError for a part of `value` that JSON would carry changed. */
+function refuseChanged(value: unknown): void {
+  JSON.stringify(value, (key: string, v: unknown) => {
+    if (typeof v === 'number' && !Number.isFinite(v)) {
+      throw new InvalidError(
+        `a message is a value JSON can carry as it is: ${v} would arrive as null; publish a finite number, a string or null`,
+      )
+    }
+    if (v instanceof Map || v instanceof Set) {
+      const kind = v instanceof Map ? 'Map' : 'Set'
+      throw new InvalidError(
+        `a message is a value JSON can carry as it is: a ${kind} would arrive as {}; publish ${kind === 'Map' ? 'Object.fromEntries(map)' : '[...set]'} instead`,
+      )
+    }
+    if ((typeof v === 'string' && LONE_SURROGATE.test(v)) || LONE_SURROGATE.test(key)) {
+      throw new InvalidError(
+        'a message is a value JSON can carry as it is: a string with a lone surrogate (half of a UTF-16 pair) cannot be UTF-8; mend it first (String.prototype.toWellFormed)',
+      )
+    }
+    return v
+  })
 }

@@ -241,6 +241,21 @@ for (const mode of CHAN_MODES) {
       await assert.rejects(ch.publish(undefined), InvalidError)
     })
 
+    it('CHAN-07 a value JSON would change (NaN, Infinity, a Map, a Set, a lone surrogate) is refused, not published changed', async () => {
+      const s = await store()
+      const ch = s.channel<unknown>('lossy')
+      const got: unknown[] = []
+      const sub = await ch.under(1).subscribe((m) => { got.push(m.value) })
+      for (const bad of [NaN, { x: Infinity }, [1, -Infinity], new Map([[1, 2]]), { s: new Set([1]) }, 'a\ud800b', { ['k']: '\udc00' }]) {
+        await assert.rejects(ch.under(1).publish(bad), (e: unknown) => e instanceof InvalidError && /JSON/.test(e.message), String(bad))
+      }
+      // What JSON carries as it is still goes, nulls and {} included.
+      for (const good of [null, { a: null }, {}, [], 'a\ud83d\ude00b', 1.5, { d: new Date(0) }]) await ch.under(1).publish(good)
+      await until(() => got.length === 7)
+      assert.deepEqual(got, [null, { a: null }, {}, [], 'a\ud83d\ude00b', 1.5, { d: '1970-01-01T00:00:00.000Z' }])
+      await sub.stop()
+    })
+
     it('for await reads the messages of a branch in order, and break stops the subscription', async () => {
       const s = await store()
       const ch = s.channel<Ev>('iterate')
