@@ -608,8 +608,8 @@ fn chan_03_connected_commit_after_close_rolls_back() {
 
 /// STORE-01: a closed handle says so when asked for its status, owned or
 /// connected, instead of showing what it last knew.
-/// A path that cannot be a store gets an `invalid` error that says why and
-/// what to give instead; a damaged `kv.db` is named, with what to do.
+/// An empty path is `invalid`, a file `io`, each saying why and what to
+/// give instead; a damaged `kv.db` is named, with what to do.
 #[test]
 fn store_01_an_empty_path_a_file_or_a_damaged_kv_db_is_a_clear_error() {
     let d = tempfile::tempdir().unwrap();
@@ -619,7 +619,7 @@ fn store_01_an_empty_path_a_file_or_a_damaged_kv_db_is_a_clear_error() {
     let file = d.path().join("a-file");
     std::fs::write(&file, "x").unwrap();
     let e = Store::open(&file).err().expect("a file");
-    assert_eq!(e.code(), "invalid", "{e}");
+    assert_eq!(e.code(), "io", "{e}");
     assert!(e.message().contains("not a directory"), "{e}");
     assert_eq!(std::fs::read(&file).unwrap(), b"x", "the file is left as it was");
     let dir = d.path().join("store");

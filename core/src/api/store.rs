@@ -306,10 +306,10 @@ impl Store {
             return Err(Error::invalid("the store directory is an empty path: give a directory, like \"./data\" (it is made if missing)"));
         }
         if dir.exists() && !dir.is_dir() {
-            return Err(Error::invalid(format!(
-                "{} is not a directory: a store is a directory of its own (made if missing); give another path",
-                dir.display()
-            )));
+            return Err(Error::new(
+                ErrorKind::Io,
+                format!("{} is not a directory: a store is a directory of its own (made if missing); give another path", dir.display()),
+            ));
         }
         // Before anything is made: its socket's path must fit the OS's limit.
         let sock = socket_path(&absolute(dir)?);
