@@ -47,15 +47,14 @@ impl WriteHalf {
 /// says so each time the peer reads: one wake-up of this process's reactor
 /// per read on the other side, for nothing. Writes go straight to the
 /// socket; only a full socket buffer registers for writability, then.
-/// `waiting`: how many of the connection's holds wait in line (no spinning
-/// meanwhile: the client waits for a grant, not to send).
+/// `hints`: when the connection's reader may spin ([`crate::net::spin::OwnerHints`]).
 pub(crate) fn split_unix(
     s: tokio::net::UnixStream,
-    waiting: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    hints: std::sync::Arc<crate::net::spin::OwnerHints>,
 ) -> std::io::Result<(Box<dyn tokio::io::AsyncRead + Send + Unpin>, WriteHalf)> {
     let s = std::sync::Arc::new(s.into_std()?);
     s.set_nonblocking(true)?;
-    let r = UnixReadHalf { afd: register_readable(&s)?, spin: crate::net::spin::Spin::new(), waiting };
+    let r = UnixReadHalf { afd: register_readable(&s)?, spin: crate::net::spin::Spin::new(), hints };
     Ok((Box::new(r), WriteHalf::Unix(UnixWriteHalf(s))))
 }
 
@@ -84,7 +83,7 @@ pub(crate) fn register_readable(
 struct UnixReadHalf {
     afd: tokio::io::unix::AsyncFd<std::sync::Arc<std::os::unix::net::UnixStream>>,
     spin: crate::net::spin::Spin,
-    waiting: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    hints: std::sync::Arc<crate::net::spin::OwnerHints>,
 }
 
 /// read(2) into `buf`'s unfilled part; marks what was read as filled.
@@ -111,7 +110,7 @@ impl tokio::io::AsyncRead for UnixReadHalf {
         loop {
             let mut guard = match this.afd.poll_read_ready(cx) {
                 Poll::Ready(g) => g?,
-                Poll::Pending if this.waiting.load(std::sync::atomic::Ordering::Relaxed) == 0 && this.spin.spinning() => match read_into(this.afd.get_ref(), buf) {
+                Poll::Pending if this.hints.may_spin() && this.spin.spinning() => match read_into(this.afd.get_ref(), buf) {
                     // The reactor may still say ready later: that read finds
                     // nothing and clears it.
                     Ok(n) => {

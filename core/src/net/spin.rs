@@ -10,7 +10,8 @@
 //! Bounded so that it costs nothing when there is no conversation:
 //! - the owner spins on a connection after reading from it, while its last
 //!   two frames each came within a window of the one before, and not while
-//!   one of its holds waits in line ([`Spin`]);
+//!   one of its holds waits in line or its client pipelines ([`Spin`],
+//!   [`OwnerHints`]);
 //! - a client spins after a call, for one window, while its last two
 //!   answers came at once (not grants that waited in line), with rare
 //!   probes otherwise ([`Expect`]), and not while publishes are pipelined
@@ -57,6 +58,26 @@ fn parse(text: &str) -> Option<Duration> {
         _ => return None,
     };
     (d <= Duration::from_millis(10)).then_some(d)
+}
+
+/// What an owner's connection knows that its reader's spin needs. Set by
+/// the connection's task, read by its socket's reader.
+#[derive(Debug, Default)]
+pub(crate) struct OwnerHints {
+    /// Holds of the connection waiting in line: the client waits for a
+    /// grant, not to send.
+    pub(crate) waiting: std::sync::atomic::AtomicUsize,
+    /// The last batch read held several requests: the client pipelines,
+    /// and its next batch comes once our answers reach it, so a spin would
+    /// only take the core it needs (docs/performance.md, "5 December").
+    pub(crate) pipelining: AtomicBool,
+}
+
+impl OwnerHints {
+    /// Whether the reader may spin after a read.
+    pub(crate) fn may_spin(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed) == 0 && !self.pipelining.load(Ordering::Relaxed)
+    }
 }
 
 /// One connection's spinning state on the owner, kept by whoever reads

@@ -10,7 +10,7 @@
 //! connection until then, so a client that reconnects in time keeps them.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,7 @@ use crate::base::limits::CONNECTION_PENDING_BYTES;
 use crate::engine::locks::{LocalLease, Table};
 use crate::runtime;
 use crate::net::socket::{self, Sink, WriteHalf};
+use crate::net::spin::OwnerHints;
 use crate::net::wire::{self, AcquireOk, Address, FrameReader, Reply, Request, WireError};
 
 mod requests;
@@ -92,29 +93,29 @@ struct Outbox {
     closed: AtomicBool,
     /// Holds waiting in line, by hold id.
     waits: Mutex<HashMap<u64, InLine>>,
-    /// How many: while any, the client waits for a grant and the
-    /// connection's reader does not spin ([`crate::net::spin`]).
-    waiting: Arc<AtomicUsize>,
+    /// How many wait in line, and whether the client pipelines: the
+    /// connection's reader spins only when neither ([`crate::net::spin`]).
+    hints: Arc<OwnerHints>,
 }
 
 impl Outbox {
     fn wait_in_line(&self, hold: u64, in_line: InLine) {
         if self.waits.lock().insert(hold, in_line).is_none() {
-            self.waiting.fetch_add(1, Ordering::Relaxed);
+            self.hints.waiting.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Every hold in line (the connection ended).
     fn leave_every_line(&self) -> Vec<InLine> {
         let left: Vec<InLine> = self.waits.lock().drain().map(|(_, l)| l).collect();
-        self.waiting.store(0, Ordering::Relaxed);
+        self.hints.waiting.store(0, Ordering::Relaxed);
         left
     }
 
     fn leave_line(&self, hold: u64) -> Option<InLine> {
         let left = self.waits.lock().remove(&hold);
         if left.is_some() {
-            self.waiting.fetch_sub(1, Ordering::Relaxed);
+            self.hints.waiting.fetch_sub(1, Ordering::Relaxed);
         }
         left
     }
@@ -215,9 +216,9 @@ impl Server {
                     .map_err(|e| Error::io("could not make the socket owner-only", e))?;
                 let name = address.to_string();
                 self.accept_loop(l, move |me, (s, _)| {
-                    let waiting = Arc::new(AtomicUsize::new(0));
-                    if let Ok(halves) = socket::split_unix(s, waiting.clone()) {
-                        runtime::spawn(me.clone().connection(halves, name.clone(), None, waiting));
+                    let hints = Arc::new(OwnerHints::default());
+                    if let Ok(halves) = socket::split_unix(s, hints.clone()) {
+                        runtime::spawn(me.clone().connection(halves, name.clone(), None, hints));
                     }
                 });
             }
@@ -303,14 +304,15 @@ impl Server {
         serde_json::to_value(list).unwrap_or_default()
     }
 
-    async fn connection(self: Arc<Self>, (rd, wr): (Box<dyn AsyncRead + Send + Unpin>, WriteHalf), address: String, tokens: Option<Arc<Tokens>>, waiting: Arc<AtomicUsize>) {
-        let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false), waits: Mutex::new(HashMap::new()), waiting });
+    async fn connection(self: Arc<Self>, (rd, wr): (Box<dyn AsyncRead + Send + Unpin>, WriteHalf), address: String, tokens: Option<Arc<Tokens>>, hints: Arc<OwnerHints>) {
+        let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false), waits: Mutex::new(HashMap::new()), hints });
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let mut c = ServedConnection { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), woken: Vec::new(), tickets: HashMap::new() };
         let mut reader = FrameReader::new(rd);
         // The first frame of what was read together marks when the client
         // was last heard from (one clock read a batch, not a frame).
         let mut batch_start = true;
+        let mut batch_frames = 0usize;
         loop {
             if out.closed.load(Ordering::Acquire) {
                 break;
@@ -336,7 +338,9 @@ impl Server {
             };
             if std::mem::take(&mut batch_start) {
                 *out.last_heard.lock() = Instant::now();
+                batch_frames = 0;
             }
+            batch_frames += 1;
             // Answers to requests read together leave in one write.
             out.sink.cork();
             // A publish in our client's exact shape is read without the full parse.
@@ -371,6 +375,7 @@ impl Server {
             }
             if !reader.has_frame() {
                 batch_start = true;
+                out.hints.pipelining.store(batch_frames > 1, Ordering::Relaxed);
                 // Deliveries first: a client that publishes and subscribes on
                 // this connection gets its answers and messages in one read.
                 runtime::run_woken(&mut c.woken);
