@@ -1072,3 +1072,16 @@ fn chan_01_publish_then_is_told_when_its_answer_is_cut_off() {
     assert_eq!(late.unwrap_err().kind(), tinystore::ErrorKind::Closed);
     p.resume();
 }
+
+/// `connect` with an address it does not take says every form it does
+/// take, the cluster store's among them, and changes nothing.
+#[test]
+fn connect_an_address_not_understood_names_every_form_connect_takes() {
+    for bad in ["http://db:2379", "unix:", "tcp:nohost", "localhost:7070"] {
+        let e = Store::connect(bad).err().unwrap_or_else(|| panic!("{bad:?} was taken"));
+        assert_eq!(e.kind(), tinystore::ErrorKind::Invalid, "{bad:?}: {e}");
+        for form in ["unix:PATH", "tcp:HOST:PORT", "tls:HOST:PORT", "etcd://"] {
+            assert!(e.message().contains(form), "{bad:?}: {form} is not named in {:?}", e.message());
+        }
+    }
+}

@@ -371,7 +371,11 @@ impl Store {
         if EtcdAddress::is_etcd(address) {
             return Store::connect_cluster(address, opts);
         }
-        let addr = Address::parse(address)?;
+        let addr = Address::parse(address).map_err(|_| {
+            Error::invalid(format!(
+                "address {address:?} is not understood: write unix:PATH (like unix:data/tinystore.sock), tcp:HOST:PORT (like tcp:127.0.0.1:7070), tls:HOST:PORT (like tls:db.example.com:7443), or etcd://HOST:PORT,.../PREFIX for a cluster store (like etcd://h1:2379,h2:2379/myapp; docs/cluster.md)"
+            ))
+        })?;
         let token = opts.token.or_else(|| std::env::var("TINYSTORE_TOKEN").ok());
         let tls = match &addr {
             Address::Tls(_) => {
