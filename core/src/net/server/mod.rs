@@ -120,14 +120,14 @@ impl Outbox {
         left
     }
 
-    fn push(&self, frame: Vec<u8>) {
-        if !self.sink.send(&frame) {
+    fn push(&self, frame: &[u8]) {
+        if !self.sink.send(frame) {
             self.closed.store(true, Ordering::Release);
         }
     }
 
     fn send<T: serde::Serialize>(&self, v: &T) {
-        self.push(wire::frame(v));
+        self.push(&wire::frame(v));
     }
 
     /// Waits until the pending output is below the connection's limit.
@@ -307,7 +307,7 @@ impl Server {
     async fn connection(self: Arc<Self>, (rd, wr): (Box<dyn AsyncRead + Send + Unpin>, WriteHalf), address: String, tokens: Option<Arc<Tokens>>, hints: Arc<OwnerHints>) {
         let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false), waits: Mutex::new(HashMap::new()), hints });
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let mut c = ServedConnection { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), woken: Vec::new(), tickets: HashMap::new() };
+        let mut c = ServedConnection { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), woken: Vec::new(), tickets: HashMap::new(), answer: Vec::new() };
         let mut reader = FrameReader::new(rd);
         // The first frame of what was read together marks when the client
         // was last heard from (one clock read a batch, not a frame).
@@ -344,31 +344,34 @@ impl Server {
             // Answers to requests read together leave in one write.
             out.sink.cork();
             // A publish in our client's exact shape is read without the full parse.
-            let parsed = match wire::fast_publish(frame) {
-                Some(req) => Ok(req),
-                None => serde_json::from_slice::<Request>(frame),
-            };
-            match parsed {
-                Ok(req) => {
-                    let (id, quiet) = (req.id, req.quiet == Some(true));
-                    if req.op != "publish" {
-                        // The next op may wait: what was published goes out now.
-                        runtime::run_woken(&mut c.woken);
-                    }
-                    if let Err(e) = c.handle(req)
-                        && !quiet
-                    {
-                        answer_err(&out, id, &e);
-                    }
+            if let Some(p) = wire::fast_publish(frame) {
+                let id = p.id;
+                if let Err(e) = c.publish_fast(p) {
+                    answer_err(&out, id, &e);
                 }
-                Err(e) => {
-                    // JSON with an id gets an answer; anything else closes the connection.
-                    match serde_json::from_slice::<serde_json::Value>(frame).ok().and_then(|v| v.get("id")?.as_u64()) {
-                        Some(id) => answer_err(&out, id, &Error::invalid(format!("a request out of shape: {e}; see docs/wire.md"))),
-                        None => {
-                            answer_err(&out, 0, &Error::new(ErrorKind::Protocol, format!("a frame that is not a request: {e}")));
-                            out.sink.uncork();
-                            break;
+            } else {
+                match serde_json::from_slice::<Request>(frame) {
+                    Ok(req) => {
+                        let (id, quiet) = (req.id, req.quiet == Some(true));
+                        if req.op != "publish" {
+                            // The next op may wait: what was published goes out now.
+                            runtime::run_woken(&mut c.woken);
+                        }
+                        if let Err(e) = c.handle(req)
+                            && !quiet
+                        {
+                            answer_err(&out, id, &e);
+                        }
+                    }
+                    Err(e) => {
+                        // JSON with an id gets an answer; anything else closes the connection.
+                        match serde_json::from_slice::<serde_json::Value>(frame).ok().and_then(|v| v.get("id")?.as_u64()) {
+                            Some(id) => answer_err(&out, id, &Error::invalid(format!("a request out of shape: {e}; see docs/wire.md"))),
+                            None => {
+                                answer_err(&out, 0, &Error::new(ErrorKind::Protocol, format!("a frame that is not a request: {e}")));
+                                out.sink.uncork();
+                                break;
+                            }
                         }
                     }
                 }
@@ -500,6 +503,7 @@ impl Forwarder {
             let mut buf = Vec::new();
             let mut ended = false;
             let mut ready = Vec::new();
+            let mut branch = None;
             while buf.len() < 64 * 1024 {
                 // Taken from the log at once, encoded after (the log's
                 // lock is not held meanwhile).
@@ -509,13 +513,13 @@ impl Forwarder {
                         ended = true;
                         break;
                     }
-                    std::task::Poll::Ready(_) => ready.drain(..).for_each(|(ev, next)| encode_event(&mut buf, self.id, ev, next)),
+                    std::task::Poll::Ready(_) => ready.drain(..).for_each(|(ev, next)| encode_event(&mut buf, self.id, ev, next, &mut branch)),
                     std::task::Poll::Pending => break,
                 }
             }
             let full = buf.len() >= 64 * 1024;
             if !buf.is_empty() {
-                self.out.push(buf);
+                self.out.push(&buf);
             }
             if ended {
                 return Drained::Ended;
@@ -568,9 +572,17 @@ impl std::task::Wake for Forwarder {
 }
 
 /// Writes one event frame; a message's JSON is copied as is, never reparsed.
-fn encode_event(buf: &mut Vec<u8>, sub: u64, ev: Event, next: u64) {
+/// `branch`: the last message's branch and its JSON, kept for the next (a
+/// branch's messages share its keys: serialized once a run, not a message).
+fn encode_event(buf: &mut Vec<u8>, sub: u64, ev: Event, next: u64, branch: &mut Option<(Arc<[Key]>, Vec<u8>)>) {
     match ev {
-        Event::Message(m) => wire::encode_msg(buf, sub, &m.branch, m.seq, next, &m.data),
+        Event::Message(m) => {
+            let json = match branch {
+                Some((keys, json)) if Arc::ptr_eq(keys, &m.branch) => json,
+                _ => &branch.insert((m.branch.clone(), wire::branch_json(&m.branch))).1,
+            };
+            wire::encode_msg(buf, sub, json, m.seq, next, &m.data)
+        }
         Event::Missed(missed) => {
             wire::encode(&Reply { ev: Some("missed".into()), sub: Some(sub), missed: Some(missed), next: Some(next), ..Default::default() }, buf)
         }
