@@ -67,9 +67,9 @@ pub(crate) struct OwnerHints {
     /// Holds of the connection waiting in line: the client waits for a
     /// grant, not to send.
     pub(crate) waiting: std::sync::atomic::AtomicUsize,
-    /// The last batch read held several requests: the client pipelines,
-    /// and its next batch comes once our answers reach it, so a spin would
-    /// only take the core it needs (docs/performance.md, "5 December").
+    /// The client pipelines ([`Pipelining`]): its next batch comes once
+    /// our answers reach it, so a spin would only take the core it needs
+    /// (docs/performance.md, "5 December").
     pub(crate) pipelining: AtomicBool,
 }
 
@@ -77,6 +77,38 @@ impl OwnerHints {
     /// Whether the reader may spin after a read.
     pub(crate) fn may_spin(&self) -> bool {
         self.waiting.load(Ordering::Relaxed) == 0 && !self.pipelining.load(Ordering::Relaxed)
+    }
+
+    /// Notes how many requests a read of the connection brought (its
+    /// connection's task, after handling them), for [`Self::may_spin`].
+    pub(crate) fn read_brought(&self, requests: usize, seen: &mut Pipelining) {
+        self.pipelining.store(seen.read_brought(requests), Ordering::Relaxed);
+    }
+}
+
+/// Whether a client pipelines, judged by the owner from how many requests
+/// its reads bring. A read of several says it does; it stays so until
+/// [`Pipelining::SINGLE_READS`] reads in a row brought one each: while
+/// the owner spins it reads a pipelining client's frames one at a time as
+/// they land, so one such read proves nothing, and a spin that goes on
+/// takes the core the client needs (docs/performance.md, "5 December").
+#[derive(Debug)]
+pub(crate) struct Pipelining {
+    single_reads: u32,
+}
+
+impl Pipelining {
+    const SINGLE_READS: u32 = 16;
+
+    /// A new connection is taken for a conversation.
+    pub(crate) fn new() -> Pipelining {
+        Pipelining { single_reads: Self::SINGLE_READS }
+    }
+
+    /// Notes a read's requests; says whether the client pipelines.
+    pub(crate) fn read_brought(&mut self, requests: usize) -> bool {
+        self.single_reads = if requests > 1 { 0 } else { self.single_reads.saturating_add(1) };
+        self.single_reads < Self::SINGLE_READS
     }
 }
 
@@ -254,6 +286,18 @@ impl Expect {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pipelining_client_read_one_frame_at_a_time_is_still_pipelining() {
+        let mut p = Pipelining::new();
+        assert!(!p.read_brought(1), "a new connection is a conversation");
+        assert!(p.read_brought(5), "a read of several requests: the client pipelines");
+        for n in 1..Pipelining::SINGLE_READS {
+            assert!(p.read_brought(1), "read {n} of one request, while we spun, does not end it");
+        }
+        assert!(!p.read_brought(1), "many reads of one request in a row: a conversation again");
+        assert!(p.read_brought(2));
+    }
 
     #[test]
     fn the_window_is_written_in_microseconds_or_milliseconds() {

@@ -313,6 +313,7 @@ impl Server {
         // was last heard from (one clock read a batch, not a frame).
         let mut batch_start = true;
         let mut batch_frames = 0usize;
+        let mut pipelining = crate::net::spin::Pipelining::new();
         loop {
             if out.closed.load(Ordering::Acquire) {
                 break;
@@ -378,7 +379,7 @@ impl Server {
             }
             if !reader.has_frame() {
                 batch_start = true;
-                out.hints.pipelining.store(batch_frames > 1, Ordering::Relaxed);
+                out.hints.read_brought(batch_frames, &mut pipelining);
                 // Deliveries first: a client that publishes and subscribes on
                 // this connection gets its answers and messages in one read.
                 runtime::run_woken(&mut c.woken);
