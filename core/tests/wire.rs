@@ -38,3 +38,38 @@ fn wire_01_vectors_replay_against_a_real_server() {
         }
     }
 }
+
+/// Sends `body` as one frame and reads the next frame back.
+fn exchange(s: &mut UnixStream, body: &str) -> Value {
+    s.write_all(&(body.len() as u32).to_be_bytes()).unwrap();
+    s.write_all(body.as_bytes()).unwrap();
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).unwrap();
+    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut buf).unwrap();
+    serde_json::from_slice(&buf).unwrap()
+}
+
+/// The owner checks a burst's channel name and branch keys once (docs/wire.md,
+/// publishes in our client's shape): a name or key out of rule after a burst
+/// to a good branch is still refused, and the connection goes on.
+#[test]
+fn wire_01_a_name_or_key_out_of_rule_after_a_burst_to_a_good_branch_is_refused() {
+    let (_store, d) = common::store();
+    let mut s = UnixStream::connect(d.path().join("tinystore.sock")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let hello = exchange(&mut s, r#"{"id":0,"op":"hello","version":3,"client":"burst","session":"b1"}"#);
+    assert!(hello["ok"].is_object(), "{hello}");
+    let publish = |id: u64, channel: &str, branch: &str| format!(r#"{{"id":{id},"op":"publish","channel":"{channel}","branch":{branch},"data":{{"n":{id}}}}}"#);
+    for id in 1..=3 {
+        assert_eq!(exchange(&mut s, &publish(id, "chat-events", r#"["7"]"#)), serde_json::json!({"id": id, "ok": null}));
+    }
+    let long_key = format!(r#"["{}"]"#, "k".repeat(1025));
+    let long_name = "c".repeat(65);
+    for (id, channel, branch) in [(4, "-chat", r#"["7"]"#), (5, long_name.as_str(), r#"["7"]"#), (6, "chat-events", long_key.as_str())] {
+        let got = exchange(&mut s, &publish(id, channel, branch));
+        assert_eq!(got["id"], id, "{got}");
+        assert_eq!(got["err"]["code"], "invalid", "channel {channel:?}, branch {}: {got}", &branch[..branch.len().min(20)]);
+    }
+    assert_eq!(exchange(&mut s, &publish(7, "chat-events", r#"["7"]"#)), serde_json::json!({"id": 7, "ok": null}));
+}

@@ -5,6 +5,8 @@
 //! echoes; the server pushes subscription events and lease losses unasked.
 //! Fences travel as decimal strings. See `docs/wire.md`.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -362,23 +364,39 @@ pub(crate) fn fast_reply(frame: &[u8]) -> Option<FastReply<'_>> {
 /// (then parsed in full, with its errors). Sound: a channel name without
 /// escapes reads the same either way, the branch is parsed as keys, and
 /// `data` must be exactly one JSON value up to the frame's closing brace,
-/// so a frame with more fields never matches.
-pub fn fast_publish(frame: &[u8]) -> Option<FastPublish<'_>> {
+/// so a frame with more fields never matches. `last`: the branch of the
+/// connection's previous publish, as its JSON and its keys, reused when
+/// this one's JSON is the same (a burst's publishes mostly share one).
+pub fn fast_publish<'a>(frame: &'a [u8], last: &mut LastBranch) -> Option<FastPublish<'a>> {
+    // One UTF-8 check for the frame: every slice below is cut at an ASCII
+    // byte, so each is UTF-8 too.
+    let text = std::str::from_utf8(frame).ok()?;
     let rest = frame.strip_prefix(ANSWER_PREFIX)?;
     let (id, rest) = number(rest)?;
     let rest = rest.strip_prefix(b",\"op\":\"publish\",\"channel\":\"")?;
     let n = rest.iter().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || **c == b'_' || **c == b'-').count();
-    let channel = std::str::from_utf8(&rest[..n]).ok().filter(|_| n > 0)?;
+    let at = frame.len() - rest.len();
+    let channel = text.get(at..at + n).filter(|_| n > 0)?;
     let rest = rest[n..].strip_prefix(b"\",\"branch\":")?;
     let (branch, rest) = json_array(rest)?;
-    let branch: Vec<Key> = match plain_keys(branch) {
-        Some(keys) => keys,
-        None => serde_json::from_slice(branch).ok()?,
-    };
+    let same = last.as_ref().is_some_and(|(json, _)| **json == *branch);
+    if !same {
+        let keys: Vec<Key> = match plain_keys(branch) {
+            Some(keys) => keys,
+            None => serde_json::from_slice(branch).ok()?,
+        };
+        *last = Some((branch.into(), keys.into()));
+    }
     let data = rest.strip_prefix(b",\"data\":")?.strip_suffix(b"}")?;
-    let data: &RawValue = serde_json::from_str(std::str::from_utf8(data).ok()?).ok()?;
-    Some(FastPublish { id, channel, branch, data })
+    let at = frame.len() - 1 - data.len();
+    let data: &RawValue = serde_json::from_str(&text[at..frame.len() - 1]).ok()?;
+    let branch = last.as_ref().map(|(_, keys)| keys.clone()).expect("set above");
+    Some(FastPublish { id, channel, branch, same_branch: same, data })
 }
+
+/// The branch of a connection's last publish read fast: its JSON array's
+/// bytes and its keys.
+pub type LastBranch = Option<(Box<[u8]>, Arc<[Key]>)>;
 
 /// A `publish` read by [`fast_publish`]: what the owner needs of it,
 /// borrowed from the frame (a [`Request`] is some 500 bytes, moved three
@@ -390,7 +408,10 @@ pub struct FastPublish<'a> {
     /// The channel's name, within the naming rule's characters.
     pub channel: &'a str,
     /// The branch's keys.
-    pub branch: Vec<Key>,
+    pub branch: Arc<[Key]>,
+    /// The branch is the one of the connection's previous publish read
+    /// fast (its JSON the same).
+    pub same_branch: bool,
     /// The message, one JSON value.
     pub data: &'a RawValue,
 }
@@ -616,7 +637,7 @@ pub fn fuzz_decode(bytes: &[u8]) -> usize {
     let mut requests = 0;
     futures::executor::block_on(async {
         while let Ok(Some(frame)) = reader.next().await {
-            let _ = fast_publish(frame);
+            let _ = fast_publish(frame, &mut None);
             if let Ok(r) = serde_json::from_slice::<Request>(frame) {
                 requests += 1;
                 if let Some(k) = &r.key {
@@ -730,10 +751,10 @@ mod tests {
                 r.branch = Some(branch.clone());
                 r.data = Some(raw);
                 let frame = serde_json::to_vec(&r).unwrap();
-                let fast = fast_publish(&frame).unwrap_or_else(|| panic!("not read fast: {}", String::from_utf8_lossy(&frame)));
+                let fast = fast_publish(&frame, &mut None).unwrap_or_else(|| panic!("not read fast: {}", String::from_utf8_lossy(&frame)));
                 let full: Request = serde_json::from_slice(&frame).unwrap();
                 assert_eq!(full.op, "publish");
-                assert_eq!((fast.id, Some(fast.channel), Some(&fast.branch)), (full.id, full.channel.as_deref(), full.branch.as_ref()));
+                assert_eq!((fast.id, Some(fast.channel), Some(&*fast.branch)), (full.id, full.channel.as_deref(), full.branch.as_deref()));
                 assert_eq!(Some(fast.data.get()), full.data.map(RawValue::get));
                 assert_eq!(
                     (full.ticket, full.sub, full.lock.as_deref(), full.quiet),
@@ -742,6 +763,22 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn wire_01_a_publish_read_fast_reuses_the_last_branch_only_when_its_json_is_the_same() {
+        let frame = |branch: &str| format!("{{\"id\":1,\"op\":\"publish\",\"channel\":\"c\",\"branch\":{branch},\"data\":1}}").into_bytes();
+        let mut last = None;
+        let (a, b, c) = (frame("[7,\"x\"]"), frame("[7,\"x\"]"), frame("[7,\"y\"]"));
+        let first = fast_publish(&a, &mut last).unwrap();
+        assert!(!first.same_branch);
+        let second = fast_publish(&b, &mut last).unwrap();
+        assert!(second.same_branch);
+        assert!(Arc::ptr_eq(&first.branch, &second.branch), "the keys are reused, not read again");
+        let third = fast_publish(&c, &mut last).unwrap();
+        assert!(!third.same_branch);
+        assert_eq!(&*third.branch, &[Key::from(7), Key::from("y")][..]);
+        assert!(fast_publish(b"{\"id\":1,\"op\":\"publish\",\"channel\":\"c\",\"branch\":[7,\"y\"],\"data\":\"\xff\"}", &mut last).is_none(), "not UTF-8");
     }
 
     #[test]
@@ -776,7 +813,7 @@ mod tests {
             b"{\"id\":1,\"op\":\"publish\",\"channel\":\"c\",\"data\":1}",
             b"{\"id\":1,\"op\":\"subscribe\",\"channel\":\"c\",\"branch\":[],\"data\":1}",
         ] {
-            assert!(fast_publish(frame).is_none(), "{}", String::from_utf8_lossy(frame));
+            assert!(fast_publish(frame, &mut None).is_none(), "{}", String::from_utf8_lossy(frame));
         }
     }
 }

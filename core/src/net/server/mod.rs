@@ -307,7 +307,7 @@ impl Server {
     async fn connection(self: Arc<Self>, (rd, wr): (Box<dyn AsyncRead + Send + Unpin>, WriteHalf), address: String, tokens: Option<Arc<Tokens>>, hints: Arc<OwnerHints>) {
         let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false), waits: Mutex::new(HashMap::new()), hints });
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let mut c = ServedConnection { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), woken: Vec::new(), tickets: HashMap::new(), answer: Vec::new() };
+        let mut c = ServedConnection { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), woken: Vec::new(), tickets: HashMap::new(), answer: Vec::new(), last_branch: None, checked_channel: None };
         let mut reader = FrameReader::new(rd);
         // The first frame of what was read together marks when the client
         // was last heard from (one clock read a batch, not a frame).
@@ -345,7 +345,7 @@ impl Server {
             // Answers to requests read together leave in one write.
             out.sink.cork();
             // A publish in our client's exact shape is read without the full parse.
-            if let Some(p) = wire::fast_publish(frame) {
+            if let Some(p) = wire::fast_publish(frame, &mut c.last_branch) {
                 let id = p.id;
                 if let Err(e) = c.publish_fast(p) {
                     answer_err(&out, id, &e);

@@ -32,6 +32,12 @@ pub(super) struct ServedConnection {
     pub(super) tickets: HashMap<u64, OpenTicket>,
     /// Where a publish's answer is written (kept: one allocation less a message).
     pub(super) answer: Vec<u8>,
+    /// The branch of the last publish read fast ([`wire::fast_publish`]).
+    pub(super) last_branch: wire::LastBranch,
+    /// The channel of the last publish read fast, when it and that
+    /// branch's keys passed the engine's checks: a burst to one branch is
+    /// checked once.
+    pub(super) checked_channel: Option<Box<str>>,
 }
 
 /// A transaction's ticket and the messages sent under it so far.
@@ -130,7 +136,7 @@ impl ServedConnection {
         let channel = need(r.channel, op, "channel")?;
         let branch = r.branch.unwrap_or_default();
         let data = need(r.data, op, "data")?;
-        self.publish_read(engine, id, &channel, &branch, data)
+        self.publish_read(engine, id, &channel, &branch, false, data)
     }
 
     /// A publish in our client's exact shape ([`wire::fast_publish`]), the
@@ -138,11 +144,22 @@ impl ServedConnection {
     pub(super) fn publish_fast(&mut self, p: wire::FastPublish<'_>) -> Result<()> {
         let engine = self.server.engine()?;
         self.need_role(Role::Data, "publish")?;
-        self.publish_read(&engine, p.id, p.channel, &p.branch, p.data)
+        let checked = p.same_branch && self.checked_channel.as_deref() == Some(p.channel);
+        let r = self.publish_read(&engine, p.id, p.channel, &p.branch, checked, p.data);
+        if !checked {
+            self.checked_channel = r.is_ok().then(|| p.channel.into());
+        }
+        r
     }
 
-    fn publish_read(&mut self, engine: &Engine, id: u64, channel: &str, branch: &[Key], data: &serde_json::value::RawValue) -> Result<()> {
-        runtime::collect_woken(&mut self.woken, || engine.publish(channel, branch, data.get().as_bytes().into()))?;
+    /// `checked`: the channel's name and the branch's keys passed the
+    /// engine's checks before (the same as the last publish's).
+    fn publish_read(&mut self, engine: &Engine, id: u64, channel: &str, branch: &[Key], checked: bool, data: &serde_json::value::RawValue) -> Result<()> {
+        let data: Box<[u8]> = data.get().as_bytes().into();
+        runtime::collect_woken(&mut self.woken, || match checked {
+            true => engine.check_open().and_then(|()| engine.publish_checked(channel, branch, data)),
+            false => engine.publish(channel, branch, data),
+        })?;
         self.answer.clear();
         wire::encode_null_answer(&mut self.answer, id);
         self.out.push(&self.answer);
