@@ -25,29 +25,31 @@ fn wire_01_vectors_replay_against_a_real_server() {
     let mut s = UnixStream::connect(d.path().join("tinystore.sock")).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
     for ex in v["exchanges"].as_array().unwrap() {
-        let body = serde_json::to_vec(&ex["send"]).unwrap();
-        s.write_all(&(body.len() as u32).to_be_bytes()).unwrap();
-        s.write_all(&body).unwrap();
+        send_frame(&mut s, &serde_json::to_vec(&ex["send"]).unwrap());
         for want in ex["expect"].as_array().unwrap() {
-            let mut len = [0u8; 4];
-            s.read_exact(&mut len).unwrap();
-            let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
-            s.read_exact(&mut buf).unwrap();
-            let got: Value = serde_json::from_slice(&buf).unwrap();
+            let got = read_frame(&mut s);
             assert!(includes(&got, want), "sent {}\n got {got}\nwant {want}", ex["send"]);
         }
     }
 }
 
-/// Sends `body` as one frame and reads the next frame back.
-fn exchange(s: &mut UnixStream, body: &str) -> Value {
+fn send_frame(s: &mut UnixStream, body: &[u8]) {
     s.write_all(&(body.len() as u32).to_be_bytes()).unwrap();
-    s.write_all(body.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+}
+
+fn read_frame(s: &mut UnixStream) -> Value {
     let mut len = [0u8; 4];
     s.read_exact(&mut len).unwrap();
     let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
     s.read_exact(&mut buf).unwrap();
     serde_json::from_slice(&buf).unwrap()
+}
+
+/// Sends `body` as one frame and reads the next frame back.
+fn exchange(s: &mut UnixStream, body: &str) -> Value {
+    send_frame(s, body.as_bytes());
+    read_frame(s)
 }
 
 /// The owner checks a burst's channel name and branch keys once (docs/wire.md,

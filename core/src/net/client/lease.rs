@@ -74,7 +74,7 @@ impl runtime::Due for RemoteLease {
                 let mut r = Request::new(0, "renew");
                 r.lease = Some(self.id());
                 r.fence = self.fence;
-                let _ = c.send_with(&conn, &mut r, Some(Answer::Renewal(Arc::downgrade(&self), now)), false);
+                let _ = c.send_with(&conn, &mut r, Some(Answer::Renewal(Arc::downgrade(&self), now)));
             }
         }
         self.arm(&mut s);

@@ -35,9 +35,17 @@ pub(crate) use self::subscription::{Inbox, RemoteSub};
 use crate::net::wire::{self, AcquireOk, Address, FastReply, FrameReader, HelloOk, Reply, Request, SubscribeOk, WireResume};
 
 type Reader = FrameReader<Box<dyn tokio::io::AsyncRead + Send + Unpin>>;
-/// Answers awaited, with when each request fails unanswered
-/// ([`coarse_ms`]), and whether it counts for the spin ([`Expect`](crate::net::spin::Expect)).
-type Pending = HashMap<u64, (Answer, Option<u64>, bool)>;
+/// Answers awaited, by request id.
+type Pending = HashMap<u64, Awaited>;
+
+/// A request sent and not yet answered.
+struct Awaited {
+    answer: Answer,
+    /// When it fails unanswered ([`coarse_ms`]); `None` for a renewal.
+    fails_at: Option<u64>,
+    /// Its answer counts for the spin ([`Expect`](crate::net::spin::Expect)).
+    spin: bool,
+}
 
 /// The monotonic clock in milliseconds, read coarsely (to a few ms, for the
 /// 10 s limit of a request checked every 250 ms): a fine read was 38 ns in a
@@ -312,8 +320,8 @@ impl Client {
         let now = coarse_ms();
         let expired: Vec<Answer> = {
             let mut p = conn.pending.lock();
-            let ids: Vec<u64> = p.iter().filter(|(_, (_, l, _))| l.is_some_and(|l| now >= l)).map(|(id, _)| *id).collect();
-            ids.into_iter().filter_map(|id| p.remove(&id)).map(|(a, _, _)| a).collect()
+            let ids: Vec<u64> = p.iter().filter(|(_, w)| w.fails_at.is_some_and(|at| now >= at)).map(|(id, _)| *id).collect();
+            ids.into_iter().filter_map(|id| p.remove(&id)).map(|w| w.answer).collect()
         };
         if !expired.is_empty() {
             // Frames held back counting on these answers leave.
@@ -452,7 +460,7 @@ impl Client {
                         off.down.get_or_insert_with(|| (Instant::now(), SystemTime::now(), "the connection was cut".into()));
                     }
                     let pending: Vec<_> = conn.pending.lock().drain().collect();
-                    for (_, (a, _, _)) in pending {
+                    for (_, Awaited { answer: a, .. }) in pending {
                         let e = unanswered(&a);
                         a.give(Err(e));
                     }
@@ -495,7 +503,7 @@ impl Client {
             r.branch = Some(branch.clone());
             r.data = Some(&data);
             conn.publishing.fetch_add(1, Ordering::AcqRel);
-            if let Err((e, a)) = self.try_send(conn, &mut r, Some(answer), false) {
+            if let Err((e, a)) = self.try_send(conn, &mut r, Some(answer)) {
                 conn.publishing.fetch_sub(1, Ordering::AcqRel);
                 conn.sink.uncork();
                 match a {
@@ -593,7 +601,7 @@ impl Client {
             let hold = self.next_id.fetch_add(1, Ordering::Relaxed);
             let Some(mut r) = l.adopt_request(hold) else { continue };
             l.adopting.store(true, Ordering::Release);
-            if let Err((_, a)) = self.try_send(conn, &mut r, Some(Answer::Adopt(l.clone(), Instant::now())), false) {
+            if let Err((_, a)) = self.try_send(conn, &mut r, Some(Answer::Adopt(l.clone(), Instant::now()))) {
                 drop(a);
                 l.adopting.store(false, Ordering::Release);
             }
@@ -681,7 +689,7 @@ impl Client {
     /// Gives the answer to request `id` to its caller.
     fn answered(&self, conn: &Arc<OwnerConnection>, id: u64, queued: bool, v: std::result::Result<&[u8], Error>) {
         let a = conn.pending.lock().remove(&id);
-        if let Some((a, _, spin)) = a {
+        if let Some(Awaited { answer: a, spin, .. }) = a {
             if a.is_publish() {
                 conn.publishing.fetch_sub(1, Ordering::AcqRel);
             }
@@ -807,17 +815,16 @@ impl Client {
     /// Sends without waiting; gives the receiver of the answer when `answer`.
     fn send_on(&self, conn: &Arc<OwnerConnection>, r: &mut Request<'_>, answer: bool) -> Result<Option<AnswerRx>> {
         if !answer {
-            return self.send_with(conn, r, None, false).map(|_| None);
+            return self.send_with(conn, r, None).map(|_| None);
         }
         let (tx, rx) = oneshot::channel();
-        self.send_with(conn, r, Some(Answer::Call(tx)), false)?;
+        self.send_with(conn, r, Some(Answer::Call(tx)))?;
         Ok(Some(rx))
     }
 
     /// Sends; `answer` is given the store's answer when it comes.
-    /// `later`: queued behind, written at the reader's next answer.
-    fn send_with(&self, conn: &Arc<OwnerConnection>, r: &mut Request<'_>, answer: Option<Answer>, later: bool) -> Result<()> {
-        self.try_send(conn, r, answer, later).map_err(|(e, a)| {
+    fn send_with(&self, conn: &Arc<OwnerConnection>, r: &mut Request<'_>, answer: Option<Answer>) -> Result<()> {
+        self.try_send(conn, r, answer).map_err(|(e, a)| {
             if let Some(a) = a {
                 a.forget();
             }
@@ -826,10 +833,10 @@ impl Client {
     }
 
     /// [`send_with`](Client::send_with), giving back the answer unsent.
-    fn try_send(&self, conn: &Arc<OwnerConnection>, r: &mut Request<'_>, answer: Option<Answer>, later: bool) -> std::result::Result<(), (Error, Option<Answer>)> {
+    fn try_send(&self, conn: &Arc<OwnerConnection>, r: &mut Request<'_>, answer: Option<Answer>) -> std::result::Result<(), (Error, Option<Answer>)> {
         r.id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = wire::frame(&r);
-        self.try_send_frame(conn, r.id, &frame, r.wait_ms.unwrap_or(0), answer, if later { Place::HeldBack } else { Place::Alone })
+        self.try_send_frame(conn, r.id, &frame, r.wait_ms.unwrap_or(0), answer, Place::Alone)
     }
 
     /// Sends request `id`'s `frame` (its `wait_ms` counts towards when an
@@ -881,10 +888,10 @@ impl Client {
             (place == Place::HeldBack).then_some(&conn.publishing),
             || {
                 if let Some(a) = answer.take() {
-                    conn.pending.lock().insert(id, (a, limit, spin));
+                    conn.pending.lock().insert(id, Awaited { answer: a, fails_at: limit, spin });
                 }
             },
-            || unsent = conn.pending.lock().remove(&id).map(|(a, _, _)| a),
+            || unsent = conn.pending.lock().remove(&id).map(|w| w.answer),
         );
         if !sent {
             // Closed by the program, not lost to a reconnect.
@@ -1265,7 +1272,7 @@ impl Client {
             c.alive.store(false, Ordering::Release);
             c.sink.close();
             let pending: Vec<_> = c.pending.lock().drain().collect();
-            for (_, (a, _, _)) in pending {
+            for (_, Awaited { answer: a, .. }) in pending {
                 let e = cut_off(&a, ErrorKind::Closed, "the store was closed before the owner answered this call", "open it again to go on");
                 a.give(Err(e));
             }
