@@ -537,7 +537,11 @@ fn chan_04_nats_kill_9_of_the_subscribers_server_during_a_burst_keeps_order_and_
             match e {
                 Err(m) => {
                     let k = m.count.unwrap_or_else(|| panic!("branch {b}: a miss of unknown count"));
-                    assert_eq!(m.reason.as_str(), "reconnect", "branch {b}: the gap came with the server's death");
+                    // The first gap came with the server's death. A reader
+                    // that then fell behind its queue while catching up (a
+                    // loaded machine) is told so (CHAN-02).
+                    let allowed: &[&str] = if told == 0 { &["reconnect"] } else { &["reconnect", "behind"] };
+                    assert!(allowed.contains(&m.reason.as_str()), "branch {b}: a miss {m:?} after {told} told missed and {got} received; expected {allowed:?}: {summary:#?}");
                     assert!(pending_miss.is_none(), "branch {b}: two misses in a row");
                     pending_miss = Some(k);
                     told += k;

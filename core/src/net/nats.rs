@@ -777,10 +777,9 @@ impl Jet {
             scope,
             seen: HashMap::new(),
             reconnects: self.reconnects.clone(),
-            seen_reconnects: self.reconnects.load(Ordering::Acquire),
+            cause: GapCause::new(self.reconnects.load(Ordering::Acquire)),
             stream: s.clone(),
             config,
-            remade: false,
         };
         crate::runtime::spawn(reader.run(messages, shared.clone()));
         Ok(NatsSubscription(shared))
@@ -1071,10 +1070,45 @@ struct Reader {
     /// The stream and the consumer's config, to make it again.
     stream: stream::Stream,
     config: consumer::pull::OrderedConfig,
-    /// The consumer was made again since the newest message read.
-    remade: bool,
+    cause: GapCause,
+}
+
+/// Tells why a gap opened: `reconnect` when the client reconnected or the
+/// consumer was made again since the newest message read, else `behind`.
+struct GapCause {
     /// `reconnects` at the newest message read.
     seen_reconnects: u64,
+    /// The consumer that gave the newest message read.
+    consumer: Option<String>,
+    /// We made the consumer again since the newest message read.
+    remade: bool,
+}
+
+impl GapCause {
+    fn new(reconnects: u64) -> GapCause {
+        GapCause { seen_reconnects: reconnects, consumer: None, remade: false }
+    }
+
+    /// The reason a gap before a message from `consumer` would have, with
+    /// the client's reconnects at `reconnects`; the message is then the
+    /// newest read.
+    fn reason(&mut self, reconnects: u64, consumer: &str) -> MissedReason {
+        // The ordered consumer names each consumer it makes again; its first
+        // message can come before the client's event task counts the
+        // reconnect that caused it.
+        let made_again = self.consumer.as_deref().is_some_and(|c| c != consumer);
+        let reconnected = reconnects != self.seen_reconnects || self.remade || made_again;
+        self.seen_reconnects = reconnects;
+        self.remade = false;
+        if self.consumer.as_deref() != Some(consumer) {
+            self.consumer = Some(consumer.to_owned());
+        }
+        if reconnected {
+            MissedReason::Reconnect
+        } else {
+            MissedReason::Behind
+        }
+    }
 }
 
 impl Reader {
@@ -1097,7 +1131,7 @@ impl Reader {
                     r = made => match r {
                         Ok(m) => {
                             messages = Some(m);
-                            self.remade = true;
+                            self.cause.remade = true;
                         }
                         Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
                     },
@@ -1190,10 +1224,7 @@ impl Reader {
         let b_last = b + count - 1;
         let b_newest = self.seen.get(subject).map_or(b_last, |&(l, _)| l.max(b_last));
         self.seen.insert(subject.to_owned(), (b_newest, seq));
-        let now = self.reconnects.load(Ordering::Acquire);
-        let reason = if now != self.seen_reconnects || self.remade { MissedReason::Reconnect } else { MissedReason::Behind };
-        self.seen_reconnects = now;
-        self.remade = false;
+        let reason = self.cause.reason(self.reconnects.load(Ordering::Acquire), info.consumer);
         let mut out = Vec::with_capacity(datas.len() + 1);
         if gap != Some(0) {
             out.push(Event::Missed(Missed { count: gap, reason }));
@@ -1307,6 +1338,22 @@ mod tests {
         assert_eq!(n.subject("chat", &[Key::from(7)]), n.subject("chat", &[Key::from("7")]), "7 and \"7\" are one key (CHAN-06)");
         assert_ne!(n.subject("chat", &[Key::from("a"), Key::from("b")]), n.subject("chat", &[Key::from("a.b")]));
         assert_eq!(n.stream("chat_x"), "ts-team_2Fapp-chat_5Fx");
+    }
+
+    /// CHAN-04: the ordered consumer makes itself again after its server
+    /// died (missed heartbeats), and its first message can come before the
+    /// client's task counts the reconnect: the gap is still `reconnect`.
+    #[test]
+    fn chan_04_a_gap_from_a_consumer_made_again_before_the_reconnect_is_counted_is_a_reconnect() {
+        let mut cause = GapCause::new(0);
+        assert_eq!(cause.reason(0, "sub_1"), MissedReason::Behind, "a first message of a branch read from the start");
+        assert_eq!(cause.reason(0, "sub_1"), MissedReason::Behind, "the same consumer, no reconnect: the reader fell behind");
+        assert_eq!(cause.reason(0, "sub_2"), MissedReason::Reconnect, "the consumer was made again");
+        assert_eq!(cause.reason(0, "sub_2"), MissedReason::Behind);
+        assert_eq!(cause.reason(1, "sub_2"), MissedReason::Reconnect, "the client reconnected");
+        cause.remade = true;
+        assert_eq!(cause.reason(1, "sub_3"), MissedReason::Reconnect, "made again by us");
+        assert_eq!(cause.reason(1, "sub_3"), MissedReason::Behind);
     }
 
     /// CHAN-02: the queue dropped its oldest while a gap waited behind
