@@ -187,6 +187,12 @@ export declare function fenceOf(epoch: bigint, count: bigint): bigint
 /** The engine's 40-digit text of `fence`, which sorts like the number. */
 export declare function fencePadded(fence: bigint): string
 
+/**
+ * Writes the publishes every connected store of this process holds for the
+ * event loop's turn to end; the package calls it at process exit.
+ */
+export declare function flushPublishes(): void
+
 /** A duration as JavaScript gives it: `'30s'` or a number of milliseconds. */
 export type JsDuration = string | number
 

@@ -5,6 +5,11 @@ import type * as Native from '../native'
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 export const native: typeof Native = require('../build/native.js')
 
+// A connected store's publishes made in one turn of the event loop leave
+// together before the loop waits; a program that exits in that turn
+// (`process.exit()` after publishes not awaited) still sends them.
+process.on('exit', () => native.flushPublishes())
+
 export type NativeStore = Native.NativeStore
 export type NativeSubscription = Native.NativeSubscription
 export type NativeEvent = Native.NativeEvent

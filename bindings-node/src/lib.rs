@@ -32,3 +32,10 @@ pub use subscription::NativeSubscription;
 pub fn version() -> String {
     tinystore::version().to_owned()
 }
+
+/// Writes the publishes every connected store of this process holds for the
+/// event loop's turn to end; the package calls it at process exit.
+#[napi_derive::napi]
+pub fn flush_publishes() {
+    uvread::flush_all();
+}

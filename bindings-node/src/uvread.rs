@@ -6,8 +6,10 @@
 //!
 //! The engine's [`LoopReader`] does the reading and dispatching; this file
 //! only watches its file descriptor with a `uv_poll_t` (libuv's symbols are
-//! the Node executable's own). The handle is unreferenced, so it never keeps
-//! a program alive. When the JavaScript thread is busy for 100 ms with data
+//! the Node executable's own). A `uv_prepare_t` writes the publishes of a
+//! turn of the loop together before the loop waits, as node-redis corks its
+//! socket until the next tick (the package flushes once more at process
+//! exit). The handles are unreferenced, so they never keep a program alive. When the JavaScript thread is busy for 100 ms with data
 //! waiting, the engine reads again (within 350 ms: it looks every 250 ms); the next call from JavaScript watches
 //! the socket again (and the new one after a reconnect).
 
@@ -29,11 +31,14 @@ unsafe extern "C" {
     fn uv_idle_init(lp: *mut c_void, handle: *mut c_void) -> c_int;
     fn uv_idle_start(handle: *mut c_void, cb: extern "C" fn(*mut c_void)) -> c_int;
     fn uv_idle_stop(handle: *mut c_void) -> c_int;
+    fn uv_prepare_init(lp: *mut c_void, handle: *mut c_void) -> c_int;
+    fn uv_prepare_start(handle: *mut c_void, cb: extern "C" fn(*mut c_void)) -> c_int;
+    fn uv_prepare_stop(handle: *mut c_void) -> c_int;
 }
 
 const UV_READABLE: c_int = 1;
-/// Room for a `uv_poll_t` (160 bytes on 64-bit Linux) or a `uv_idle_t`,
-/// 8-byte aligned. Its first field is libuv's `void *data`.
+/// Room for a `uv_poll_t` (160 bytes on 64-bit Linux), a `uv_idle_t` or a
+/// `uv_prepare_t`, 8-byte aligned. Its first field is libuv's `void *data`.
 const HANDLE_WORDS: usize = 64;
 
 /// Watches a connected store's socket on the JavaScript thread.
@@ -48,6 +53,9 @@ struct State {
     handle: *mut uv_poll_t,
     /// Its `uv_idle_t` (same `data`), or null.
     idle: *mut c_void,
+    /// Its `uv_prepare_t` (same `data`), or null: flushes the turn's
+    /// publishes before the loop waits for events.
+    prepare: *mut c_void,
 }
 
 // SAFETY: `handle` is touched only on the JavaScript thread that made it
@@ -64,7 +72,23 @@ struct Data {
 impl UvReader {
     /// For a connected store; `None` in the owning process.
     pub fn new(store: &Store) -> Option<Arc<UvReader>> {
-        (!store.is_owner()).then(|| Arc::new(UvReader { store: store.clone(), st: Mutex::new(State { reader: None, handle: std::ptr::null_mut(), idle: std::ptr::null_mut() }) }))
+        if store.is_owner() {
+            return None;
+        }
+        let null = std::ptr::null_mut();
+        let uv = Arc::new(UvReader { store: store.clone(), st: Mutex::new(State { reader: None, handle: null, idle: null, prepare: null }) });
+        let mut all = READERS.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|r| r.strong_count() > 0);
+        all.push(Arc::downgrade(&uv));
+        Some(uv)
+    }
+
+    /// Writes the publishes this store's loop reader holds for the turn's end.
+    fn flush(&self) {
+        let st = self.st.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = &st.reader {
+            r.flush();
+        }
     }
 
     /// Called on the JavaScript thread by every call that may wait for an
@@ -100,10 +124,23 @@ impl UvReader {
             } else {
                 drop(Box::from_raw(idle.cast::<[u64; HANDLE_WORDS]>()));
             }
+            let prepare = Box::into_raw(Box::new([0u64; HANDLE_WORDS])).cast::<c_void>();
+            if uv_prepare_init(lp.cast(), prepare) == 0 {
+                *prepare.cast::<*mut Data>() = data;
+                uv_unref(prepare);
+                st.prepare = prepare;
+            } else {
+                drop(Box::from_raw(prepare.cast::<[u64; HANDLE_WORDS]>()));
+            }
             if !reader.start() || uv_poll_start(handle, UV_READABLE, on_readable) != 0 {
                 reader.stop();
                 close(&mut st);
                 return;
+            }
+            // Publishes may wait for the turn's end only once something
+            // flushes them there.
+            if !st.prepare.is_null() && uv_prepare_start(st.prepare, on_prepare) == 0 {
+                reader.flush_each_turn();
             }
         }
         st.reader = Some(reader);
@@ -136,10 +173,40 @@ extern "C" fn on_idle(idle: *mut c_void) {
     }
 }
 
-/// Stops and closes the handles, giving the socket back to the engine.
+/// Before the loop waits for events: the publishes of the turn leave, in
+/// one write.
+extern "C" fn on_prepare(prepare: *mut c_void) {
+    // SAFETY: as in `on_idle`.
+    let data = unsafe { &**prepare.cast::<*mut Data>() };
+    data.reader.flush();
+}
+
+/// Writes every store's publishes held for the turn's end: JavaScript calls
+/// this at process exit, so a publish not awaited before `process.exit()`
+/// still leaves.
+pub fn flush_all() {
+    let all: Vec<Arc<UvReader>> = READERS.lock().unwrap_or_else(|p| p.into_inner()).iter().filter_map(|r| r.upgrade()).collect();
+    for r in all {
+        r.flush();
+    }
+}
+
+/// Every connected store's reader in this process, for [`flush_all`].
+static READERS: Mutex<Vec<std::sync::Weak<UvReader>>> = Mutex::new(Vec::new());
+
+/// Stops and closes the handles, giving the socket back to the engine
+/// (which writes what was held for the turn's end).
 fn close(st: &mut State) {
     if let Some(r) = st.reader.take() {
         r.stop();
+    }
+    if !st.prepare.is_null() {
+        // SAFETY: a live handle of this thread's loop; freed in `idle_closed`.
+        unsafe {
+            uv_prepare_stop(st.prepare);
+            uv_close(st.prepare, idle_closed);
+        }
+        st.prepare = std::ptr::null_mut();
     }
     if !st.idle.is_null() {
         // SAFETY: a live handle of this thread's loop; freed in `idle_closed`.
@@ -169,8 +236,8 @@ extern "C" fn closed(handle: *mut c_void) {
 }
 
 extern "C" fn idle_closed(handle: *mut c_void) {
-    // SAFETY: made by `ensure` from a Box of words; its `data` is the poll
-    // handle's to free.
+    // SAFETY: made by `ensure` from a Box of words (an idle or a prepare
+    // handle); its `data` is the poll handle's to free.
     unsafe { drop(Box::from_raw(handle.cast::<[u64; HANDLE_WORDS]>())) };
 }
 

@@ -2,6 +2,7 @@
 // LOCK-05 (expiry of a lease over a connection), through a proxy that can
 // cut or stall the connection.
 import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
 import { join } from 'node:path'
 import { after, describe, it } from 'node:test'
 
@@ -155,6 +156,62 @@ describe('connected, read on the event loop', () => {
       )
       await until(() => got.length === 101)
       assert.deepEqual(got, [-1, ...Array.from({ length: 100 }, (_, n) => n)])
+      await sub.stop()
+    } finally {
+      await owner.close()
+    }
+  })
+
+  /** Runs `script` in a node process with `dir`'s owner socket; resolves with its exit code. */
+  function child(script: string): Promise<number | null> {
+    const c = spawn(process.execPath, ['-e', `const { connect } = require(${JSON.stringify(require.resolve('tinystore'))}); ${script}`], {
+      stdio: ['ignore', 'inherit', 'inherit'],
+    })
+    return new Promise((resolve) => c.on('exit', resolve))
+  }
+
+  it('CHAN-01 publishes not awaited before process.exit() still reach a subscriber, in order', async () => {
+    const dir = tempDir()
+    const owner = await open(dir)
+    try {
+      const got: number[] = []
+      const sub = await owner.channel<Ev>('exit').under(1).subscribe((m) => void got.push(m.value.n))
+      const code = await child(`
+        ;(async () => {
+          const branch = (await connect(${JSON.stringify(`unix:${join(dir, 'tinystore.sock')}`)})).channel('exit').under(1)
+          await branch.publish({ n: -1 }) // the loop now reads the socket
+          for (let n = 0; n < 200; n++) branch.publish({ n })
+          process.exit(0)
+        })().catch((e) => { console.error(e); process.exit(2) })`)
+      assert.equal(code, 0)
+      await until(() => got.length === 201, 5000, '201 messages').catch(() => {})
+      assert.deepEqual(got, [-1, ...Array.from({ length: 200 }, (_, n) => n)])
+      await sub.stop()
+    } finally {
+      await owner.close()
+    }
+  })
+
+  it('CHAN-01 publishes not awaited leave while their program stays busy and is then killed', async () => {
+    const dir = tempDir()
+    const owner = await open(dir)
+    try {
+      const got: number[] = []
+      const sub = await owner.channel<Ev>('busy').under(1).subscribe((m) => void got.push(m.value.n))
+      // The child's loop does not get back to its socket for 3 s after the
+      // burst; then it dies with nothing flushed at exit.
+      const code = await child(`
+        ;(async () => {
+          const branch = (await connect(${JSON.stringify(`unix:${join(dir, 'tinystore.sock')}`)})).channel('busy').under(1)
+          await branch.publish({ n: -1 })
+          for (let n = 0; n < 200; n++) branch.publish({ n })
+          const end = Date.now() + 3000
+          while (Date.now() < end) {}
+          process.kill(process.pid, 'SIGKILL')
+        })().catch((e) => { console.error(e); process.exit(2) })`)
+      assert.equal(code, null, 'killed')
+      await until(() => got.length === 201, 5000, '201 messages').catch(() => {})
+      assert.deepEqual(got, [-1, ...Array.from({ length: 200 }, (_, n) => n)], 'every message left before the child was killed')
       await sub.stop()
     } finally {
       await owner.close()

@@ -155,8 +155,14 @@ struct OwnerConnection {
 
 impl OwnerConnection {
     /// True while a language's event loop reads this connection.
-    fn looped(&self) -> bool {
-        self.shared.as_ref().is_some_and(|s| s.slot.lock().looped)
+    /// Whether a publish may wait in the sink for an answer read (or a
+    /// loop's flush) to let it go: not while a loop that does not flush
+    /// each turn reads the socket (a busy loop would hold it as long).
+    fn holds_back(&self) -> bool {
+        self.shared.as_ref().is_none_or(|s| {
+            let slot = s.slot.lock();
+            !slot.looped || slot.flushed_each_turn
+        })
     }
 
     /// What a thread blocked on this connection may read meanwhile.
@@ -1028,7 +1034,7 @@ impl Client {
             let before = conn.publishing.fetch_add(1, Ordering::AcqRel);
             let place = match before {
                 0 => Place::Alone,
-                n if n >= COALESCE_AFTER && !conn.looped() => Place::HeldBack,
+                n if n >= COALESCE_AFTER && conn.holds_back() => Place::HeldBack,
                 _ => Place::Behind,
             };
             match self.try_send_frame(&conn, id, &frame, 0, answer.take(), place) {

@@ -41,6 +41,9 @@ pub(super) struct ReaderHandoff {
     pub(super) looped: bool,
     /// When that loop last read it.
     pub(super) serviced: Instant,
+    /// That loop calls [`LoopReader::flush`] each turn before it sleeps,
+    /// so pipelined publishes may wait for it ([`LoopReader::flush_each_turn`]).
+    pub(super) flushed_each_turn: bool,
 }
 
 pub(crate) struct ReaderState {
@@ -103,7 +106,7 @@ impl SharedRead {
             Err(_) => (None, true),
         };
         let side = ReaderState { afd, buf: Vec::with_capacity(64 * 1024), start: 0, ended };
-        Arc::new(SharedRead { fd, expect: Default::default(), slot: Mutex::new(ReaderHandoff { side: Some(side), task: None, looped: false, serviced: Instant::now() }), client, conn })
+        Arc::new(SharedRead { fd, expect: Default::default(), slot: Mutex::new(ReaderHandoff { side: Some(side), task: None, looped: false, serviced: Instant::now(), flushed_each_turn: false }), client, conn })
     }
 
     /// For the connection's task: the read side once it has whole frames
@@ -334,6 +337,7 @@ impl LoopReader {
         }
         side.afd = None;
         slot.looped = true;
+        slot.flushed_each_turn = false;
         slot.serviced = Instant::now();
         drop(slot);
         // Publishes held back for the engine's reader leave now.
@@ -406,6 +410,29 @@ impl LoopReader {
     /// Gives the socket back to the engine (the loop stops watching it).
     pub fn stop(&self) {
         self.shared.give_back();
+        self.flush();
+    }
+
+    /// Says that the loop calls [`flush`](Self::flush) once a turn, before
+    /// it waits for events, and once more before its program exits. From
+    /// now until [`stop`](Self::stop), publishes sent while 4 or more are
+    /// unanswered wait for that flush (or for the next answer read), so a
+    /// turn's burst leaves in one write, as node-redis corks its socket
+    /// until the next tick. A turn that runs long still loses them within
+    /// 350 ms: the engine then takes the socket back and reads the answers
+    /// that let them go.
+    pub fn flush_each_turn(&self) {
+        let mut slot = self.shared.slot.lock();
+        if slot.looped {
+            slot.flushed_each_turn = true;
+        }
+    }
+
+    /// Writes the publishes held back since the last flush or answer read.
+    pub fn flush(&self) {
+        if let Some(conn) = self.shared.conn.upgrade() {
+            conn.sink.uncork();
+        }
     }
 
     /// Whether the loop should look at the socket again instead of
