@@ -188,10 +188,12 @@ export declare function fenceOf(epoch: bigint, count: bigint): bigint
 export declare function fencePadded(fence: bigint): string
 
 /**
- * Writes the publishes every connected store of this process holds for the
- * event loop's turn to end; the package calls it at process exit.
+ * For a program that exits: writes what every connected store of this
+ * process has waiting (publishes held for the event loop's turn to end
+ * among them), waiting up to 2 s for each socket to take it; none are
+ * held from then on. The package calls it on `process.on('exit')`.
  */
-export declare function flushPublishes(): void
+export declare function flushPublishesBeforeExit(): void
 
 /** A duration as JavaScript gives it: `'30s'` or a number of milliseconds. */
 export type JsDuration = string | number

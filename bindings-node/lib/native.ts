@@ -7,8 +7,9 @@ export const native: typeof Native = require('../build/native.js')
 
 // A connected store's publishes made in one turn of the event loop leave
 // together before the loop waits; a program that exits in that turn
-// (`process.exit()` after publishes not awaited) still sends them.
-process.on('exit', () => native.flushPublishes())
+// (`process.exit()` after publishes not awaited) still sends them (and
+// the addon again after every exit listener, for those they publish).
+process.on('exit', () => native.flushPublishesBeforeExit())
 
 export type NativeStore = Native.NativeStore
 export type NativeSubscription = Native.NativeSubscription

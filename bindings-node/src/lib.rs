@@ -33,9 +33,11 @@ pub fn version() -> String {
     tinystore::version().to_owned()
 }
 
-/// Writes the publishes every connected store of this process holds for the
-/// event loop's turn to end; the package calls it at process exit.
+/// For a program that exits: writes what every connected store of this
+/// process has waiting (publishes held for the event loop's turn to end
+/// among them), waiting up to 2 s for each socket to take it; none are
+/// held from then on. The package calls it on `process.on('exit')`.
 #[napi_derive::napi]
-pub fn flush_publishes() {
-    uvread::flush_all();
+pub fn flush_publishes_before_exit() {
+    uvread::flush_all_before_exit();
 }

@@ -8,13 +8,15 @@
 //! only watches its file descriptor with a `uv_poll_t` (libuv's symbols are
 //! the Node executable's own). A `uv_prepare_t` writes the publishes of a
 //! turn of the loop together before the loop waits, as node-redis corks its
-//! socket until the next tick (the package flushes once more at process
-//! exit). The handles are unreferenced, so they never keep a program alive. When the JavaScript thread is busy for 100 ms with data
+//! socket until the next tick; at process exit they leave at once, waiting
+//! for the socket (up to 2 s). The handles are unreferenced, so they never keep a program alive. When the JavaScript thread is busy for 100 ms with data
 //! waiting, the engine reads again (within 350 ms: it looks every 250 ms); the next call from JavaScript watches
 //! the socket again (and the new one after a reconnect).
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use napi::Env;
 use tinystore::{LoopReader, Store};
@@ -34,6 +36,7 @@ unsafe extern "C" {
     fn uv_prepare_init(lp: *mut c_void, handle: *mut c_void) -> c_int;
     fn uv_prepare_start(handle: *mut c_void, cb: extern "C" fn(*mut c_void)) -> c_int;
     fn uv_prepare_stop(handle: *mut c_void) -> c_int;
+    fn atexit(cb: extern "C" fn()) -> c_int;
 }
 
 const UV_READABLE: c_int = 1;
@@ -80,14 +83,20 @@ impl UvReader {
         let mut all = READERS.lock().unwrap_or_else(|p| p.into_inner());
         all.retain(|r| r.strong_count() > 0);
         all.push(Arc::downgrade(&uv));
+        static AT_EXIT: std::sync::Once = std::sync::Once::new();
+        // SAFETY: registers a plain function that catches its own panics.
+        AT_EXIT.call_once(|| unsafe {
+            atexit(at_exit);
+        });
         Some(uv)
     }
 
-    /// Writes the publishes this store's loop reader holds for the turn's end.
-    fn flush(&self) {
-        let st = self.st.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(r) = &st.reader {
-            r.flush();
+    /// Writes what this store's connection has waiting, holding no more
+    /// publishes for the turn's end (the program exits).
+    fn flush_before_exit(&self) {
+        let reader = self.st.lock().unwrap_or_else(|p| p.into_inner()).reader.clone();
+        if let Some(r) = reader {
+            r.flush_before_exit(EXIT_FLUSH_LIMIT);
         }
     }
 
@@ -139,7 +148,7 @@ impl UvReader {
             }
             // Publishes may wait for the turn's end only once something
             // flushes them there.
-            if !st.prepare.is_null() && uv_prepare_start(st.prepare, on_prepare) == 0 {
+            if !st.prepare.is_null() && !EXITING.load(Ordering::Acquire) && uv_prepare_start(st.prepare, on_prepare) == 0 {
                 reader.flush_each_turn();
             }
         }
@@ -181,17 +190,31 @@ extern "C" fn on_prepare(prepare: *mut c_void) {
     data.reader.flush();
 }
 
-/// Writes every store's publishes held for the turn's end: JavaScript calls
-/// this at process exit, so a publish not awaited before `process.exit()`
-/// still leaves.
-pub fn flush_all() {
+/// How long a program's exit waits for its publishes to leave (an owner
+/// that reads nothing holds an exit up this long).
+const EXIT_FLUSH_LIMIT: Duration = Duration::from_secs(2);
+
+/// Set once the program exits: publishes are no longer held for a turn's end.
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// For a program that exits: every connected store's publishes leave, from
+/// this thread, waiting up to [`EXIT_FLUSH_LIMIT`] for each socket to take
+/// them, and none are held for a turn's end from then on. The package
+/// calls it on `process.on('exit')` (a worker's too), and C's `exit` once
+/// more, after every exit listener (publishes made in a program's own).
+pub fn flush_all_before_exit() {
+    EXITING.store(true, Ordering::Release);
     let all: Vec<Arc<UvReader>> = READERS.lock().unwrap_or_else(|p| p.into_inner()).iter().filter_map(|r| r.upgrade()).collect();
     for r in all {
-        r.flush();
+        r.flush_before_exit();
     }
 }
 
-/// Every connected store's reader in this process, for [`flush_all`].
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(flush_all_before_exit);
+}
+
+/// Every connected store's reader in this process, for [`flush_all_before_exit`].
 static READERS: Mutex<Vec<std::sync::Weak<UvReader>>> = Mutex::new(Vec::new());
 
 /// Stops and closes the handles, giving the socket back to the engine

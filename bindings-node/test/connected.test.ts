@@ -180,12 +180,38 @@ describe('connected, read on the event loop', () => {
         ;(async () => {
           const branch = (await connect(${JSON.stringify(`unix:${join(dir, 'tinystore.sock')}`)})).channel('exit').under(1)
           await branch.publish({ n: -1 }) // the loop now reads the socket
-          for (let n = 0; n < 200; n++) branch.publish({ n })
+          // 1 MiB in all: more than the socket's buffer takes at once.
+          const pad = 'x'.repeat(1000)
+          for (let n = 0; n < 1000; n++) branch.publish({ n, pad })
           process.exit(0)
         })().catch((e) => { console.error(e); process.exit(2) })`)
       assert.equal(code, 0)
-      await until(() => got.length === 201, 5000, '201 messages').catch(() => {})
-      assert.deepEqual(got, [-1, ...Array.from({ length: 200 }, (_, n) => n)])
+      await until(() => got.length === 1001, 5000, '1001 messages').catch(() => {})
+      assert.deepEqual(got, [-1, ...Array.from({ length: 1000 }, (_, n) => n)])
+      await sub.stop()
+    } finally {
+      await owner.close()
+    }
+  })
+
+  it('CHAN-01 publishes made in a program\'s own exit listeners still reach a subscriber, in order', async () => {
+    const dir = tempDir()
+    const owner = await open(dir)
+    try {
+      const got: number[] = []
+      const sub = await owner.channel<Ev>('exits').under(1).subscribe((m) => void got.push(m.value.n))
+      const code = await child(`
+        ;(async () => {
+          const branch = (await connect(${JSON.stringify(`unix:${join(dir, 'tinystore.sock')}`)})).channel('exits').under(1)
+          await branch.publish({ n: -1 })
+          process.on('exit', () => {
+            for (let n = 0; n < 100; n++) branch.publish({ n })
+          })
+          process.exit(0)
+        })().catch((e) => { console.error(e); process.exit(2) })`)
+      assert.equal(code, 0)
+      await until(() => got.length === 101, 5000, '101 messages').catch(() => {})
+      assert.deepEqual(got, [-1, ...Array.from({ length: 100 }, (_, n) => n)])
       await sub.stop()
     } finally {
       await owner.close()

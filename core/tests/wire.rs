@@ -75,3 +75,31 @@ fn wire_01_a_name_or_key_out_of_rule_after_a_burst_to_a_good_branch_is_refused()
     }
     assert_eq!(exchange(&mut s, &publish(7, "chat-events", r#"["7"]"#)), serde_json::json!({"id": 7, "ok": null}));
 }
+
+/// CHAN-01: a client that writes a burst of publishes (1,000 of 1 KB, within
+/// a branch's log) and exits without
+/// reading their answers (a program's `process.exit()` right after its
+/// publishes leave) has every one delivered: the owner's answers then fail
+/// to go out, and it still reads and publishes what the client sent before.
+#[test]
+fn chan_01_a_burst_from_a_client_that_exits_without_reading_its_answers_is_delivered_whole() {
+    let (store, d) = common::store();
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let g = got.clone();
+    let _sub = store.channel::<Value>("exit-burst").open().unwrap().under("7").subscribe(move |m| g.lock().unwrap().push(m.value["n"].as_u64().unwrap())).unwrap();
+    let mut s = UnixStream::connect(d.path().join("tinystore.sock")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let hello = exchange(&mut s, r#"{"id":0,"op":"hello","version":3,"client":"exit","session":"e1"}"#);
+    assert!(hello["ok"].is_object(), "{hello}");
+    let pad = "x".repeat(1000);
+    let mut burst = Vec::new();
+    for id in 1..=1000u64 {
+        let body = format!(r#"{{"id":{id},"op":"publish","channel":"exit-burst","branch":["7"],"data":{{"n":{id},"pad":"{pad}"}}}}"#);
+        burst.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        burst.extend_from_slice(body.as_bytes());
+    }
+    s.write_all(&burst).unwrap();
+    drop(s);
+    assert!(common::eventually(5_000, || got.lock().unwrap().len() >= 1000), "{} of 1000 delivered", got.lock().unwrap().len());
+    assert_eq!(*got.lock().unwrap(), (1..=1000).collect::<Vec<u64>>());
+}

@@ -321,6 +321,49 @@ impl Sink {
         self.drained.notify_waiters();
     }
 
+    /// Writes what waits from this thread, waiting for the socket to take
+    /// it (or for the flusher task to finish), until `deadline`; what is
+    /// left then goes to the flusher task. For a process about to exit,
+    /// whose tasks die with it. True when nothing is left.
+    pub(crate) fn flush_until(&self, deadline: std::time::Instant) -> bool {
+        use std::sync::atomic::Ordering;
+        loop {
+            {
+                let mut s = self.st.lock();
+                if s.buf.is_empty() && !s.flushing {
+                    return true;
+                }
+                if !s.flushing {
+                    if s.closed && s.half.is_none() {
+                        return false;
+                    }
+                    s.held = 0;
+                    let half = s.half.as_ref().expect("the half is home when not flushing");
+                    match half.try_write(&s.buf) {
+                        Ok(n) => {
+                            s.buf.drain(..n);
+                            self.queued.fetch_sub(n, Ordering::AcqRel);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(_) => {
+                            s.closed = true;
+                            return false;
+                        }
+                    }
+                    if s.buf.is_empty() {
+                        self.drained.notify_waiters();
+                        return true;
+                    }
+                }
+                if std::time::Instant::now() >= deadline {
+                    self.write_held(&mut s);
+                    return false;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// Bytes waiting to be written.
     pub(crate) fn queued(&self) -> usize {
         self.queued.load(std::sync::atomic::Ordering::Acquire)

@@ -435,6 +435,18 @@ impl LoopReader {
         }
     }
 
+    /// For a program about to exit: publishes are no longer held for the
+    /// turn's end, and what waits to be written is written from this
+    /// thread, waiting up to `limit` for the socket to take it (the
+    /// engine's tasks die with the process). True when all of it left.
+    pub fn flush_before_exit(&self, limit: std::time::Duration) -> bool {
+        self.shared.slot.lock().flushed_each_turn = false;
+        match self.shared.conn.upgrade() {
+            Some(conn) => conn.sink.flush_until(Instant::now() + limit),
+            None => true,
+        }
+    }
+
     /// Whether the loop should look at the socket again instead of
     /// sleeping: true until a short window after the last call that awaits
     /// an answer ([`crate::net::spin`]). A loop keeps itself awake meanwhile

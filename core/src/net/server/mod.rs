@@ -32,6 +32,12 @@ use crate::net::wire::{self, AcquireOk, Address, FrameReader, Reply, Request, Wi
 mod requests;
 use self::requests::ServedConnection;
 
+/// How long a connection whose client went away is still read for the
+/// publishes it sent before (its answers cannot go out), at most...
+const DRAIN_LIMIT: Duration = Duration::from_secs(1);
+/// ...and with nothing coming for this long, it is done.
+const DRAIN_QUIET: Duration = Duration::from_millis(100);
+
 /// What a token allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {
@@ -91,6 +97,8 @@ struct Outbox {
     sink: Arc<Sink>,
     last_heard: Mutex<Instant>,
     closed: AtomicBool,
+    /// Closed because a write failed (the client went away), not by us.
+    gone: AtomicBool,
     /// Holds waiting in line, by hold id.
     waits: Mutex<HashMap<u64, InLine>>,
     /// How many wait in line, and whether the client pipelines: the
@@ -122,6 +130,9 @@ impl Outbox {
 
     fn push(&self, frame: &[u8]) {
         if !self.sink.send(frame) {
+            if !self.closed.load(Ordering::Acquire) {
+                self.gone.store(true, Ordering::Release);
+            }
             self.closed.store(true, Ordering::Release);
         }
     }
@@ -305,7 +316,7 @@ impl Server {
     }
 
     async fn connection(self: Arc<Self>, (rd, wr): (Box<dyn AsyncRead + Send + Unpin>, WriteHalf), address: String, tokens: Option<Arc<Tokens>>, hints: Arc<OwnerHints>) {
-        let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false), waits: Mutex::new(HashMap::new()), hints });
+        let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false), gone: AtomicBool::new(false), waits: Mutex::new(HashMap::new()), hints });
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let mut c = ServedConnection { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), woken: Vec::new(), tickets: HashMap::new(), answer: Vec::new(), last_branch: None, checked_channel: None };
         let mut reader = FrameReader::new(rd);
@@ -314,20 +325,37 @@ impl Server {
         let mut batch_start = true;
         let mut batch_frames = 0usize;
         let mut pipelining = crate::net::spin::Pipelining::new();
+        // Set once a write failed (the client went away): until when what
+        // it sent before is still read.
+        let mut draining: Option<Instant> = None;
         loop {
-            if out.closed.load(Ordering::Acquire) {
-                break;
+            if draining.is_none() && out.closed.load(Ordering::Acquire) {
+                if !out.gone.load(Ordering::Acquire) {
+                    break;
+                }
+                draining = Some(Instant::now() + DRAIN_LIMIT);
             }
             // Frames already read are taken without a select (a `Notified`
             // and a random pick a frame were 5% of the owner's samples).
             let frame = if reader.has_frame() {
                 reader.buffered().map(|r| r.map(Some)).unwrap_or(Ok(None))
+            } else if let Some(until) = draining {
+                // A client that exits right after its publishes left never
+                // reads their answers; its publishes still count (CHAN-01).
+                let quiet = until.saturating_duration_since(Instant::now()).min(DRAIN_QUIET);
+                match tokio::time::timeout(quiet, reader.next()).await {
+                    Ok(f) => f,
+                    Err(_) => break,
+                }
             } else {
                 tokio::select! {
                     f = reader.next() => f,
                     _ = self.stopping.notified() => break,
                 }
             };
+            if draining.is_some_and(|until| Instant::now() >= until) {
+                break;
+            }
             let frame = match frame {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
@@ -352,6 +380,9 @@ impl Server {
                 }
             } else {
                 match serde_json::from_slice::<Request>(frame) {
+                    // Draining, only publishes: nobody would hear of a lease
+                    // or a wait, which would stand for nobody.
+                    Ok(req) if draining.is_some() && req.op != "publish" => {}
                     Ok(req) => {
                         let (id, quiet) = (req.id, req.quiet == Some(true));
                         if req.op != "publish" {
