@@ -34,7 +34,7 @@ use self::requests::ServedConnection;
 
 /// How long a connection whose client went away is still read for the
 /// publishes it sent before (its answers cannot go out), at most...
-const DRAIN_LIMIT: Duration = Duration::from_secs(1);
+const DRAIN_LIMIT: Duration = Duration::from_secs(3);
 /// ...and with nothing coming for this long, it is done.
 const DRAIN_QUIET: Duration = Duration::from_millis(100);
 
