@@ -457,7 +457,7 @@ fn chan_07_nats_branch_keeps_newest_1024_messages() {
 }
 
 /// CHAN-04 and CHAN-01 on NATS, a fault: kill -9 of the NATS server a
-/// subscriber is connected to during a burst of 10,000 messages to 4
+/// subscriber is connected to during a burst of 4,000 messages to 4
 /// branches (recursive and per-branch subscribers). The subscriber's client
 /// goes to another server, its consumers resume from the last message read:
 /// per-branch order is kept, no message comes twice, and every message
@@ -488,7 +488,10 @@ fn chan_04_nats_kill_9_of_the_subscribers_server_during_a_burst_keeps_order_and_
                 .unwrap()
         })
         .collect();
-    let total: u64 = 10_000;
+    // 1,001 per branch with the last: no reader's queue (1,024) can
+    // overflow, so every gap is the failover's (a loaded CI machine once
+    // dropped from queues that held a post-failover backlog, CHAN-02).
+    let total: u64 = 4_000;
     const END: u64 = 1_000_000;
     let published = Arc::new(AtomicU64::new(0));
     let p = published.clone();
@@ -510,7 +513,7 @@ fn chan_04_nats_kill_9_of_the_subscribers_server_during_a_burst_keeps_order_and_
         }
         errors
     });
-    assert!(common::eventually(30_000, || published.load(Ordering::SeqCst) > 2_000));
+    assert!(common::eventually(30_000, || published.load(Ordering::SeqCst) > 1_000));
     let killed_at = Instant::now();
     n.kill(0);
     let errors = publisher.join().unwrap();
@@ -537,11 +540,8 @@ fn chan_04_nats_kill_9_of_the_subscribers_server_during_a_burst_keeps_order_and_
             match e {
                 Err(m) => {
                     let k = m.count.unwrap_or_else(|| panic!("branch {b}: a miss of unknown count"));
-                    // The first gap came with the server's death. A reader
-                    // that then fell behind its queue while catching up (a
-                    // loaded machine) is told so (CHAN-02).
-                    let allowed: &[&str] = if told == 0 { &["reconnect"] } else { &["reconnect", "behind"] };
-                    assert!(allowed.contains(&m.reason.as_str()), "branch {b}: a miss {m:?} after {told} told missed and {got} received; expected {allowed:?}: {summary:#?}");
+                    // Every gap came with the server's death.
+                    assert_eq!(m.reason.as_str(), "reconnect", "branch {b}: a miss {m:?} after {told} told missed and {got} received: {summary:#?}");
                     assert!(pending_miss.is_none(), "branch {b}: two misses in a row");
                     pending_miss = Some(k);
                     told += k;

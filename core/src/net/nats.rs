@@ -1074,40 +1074,45 @@ struct Reader {
 }
 
 /// Tells why a gap opened: `reconnect` when the client reconnected or the
-/// consumer was made again since the newest message read, else `behind`.
+/// consumer was made again since the subscription last caught up with
+/// its stream (the gap opened while it was still recovering), else `behind`.
 struct GapCause {
-    /// `reconnects` at the newest message read.
-    seen_reconnects: u64,
+    /// `reconnects` at the newest message read with nothing pending after it.
+    settled_reconnects: u64,
     /// The consumer that gave the newest message read.
     consumer: Option<String>,
-    /// We made the consumer again since the newest message read.
+    /// The consumer was made again (by us or by the ordered consumer) since
+    /// the subscription last caught up.
     remade: bool,
 }
 
 impl GapCause {
     fn new(reconnects: u64) -> GapCause {
-        GapCause { seen_reconnects: reconnects, consumer: None, remade: false }
+        GapCause { settled_reconnects: reconnects, consumer: None, remade: false }
     }
 
     /// The reason a gap before a message from `consumer` would have, with
     /// the client's reconnects at `reconnects`; the message is then the
-    /// newest read.
-    fn reason(&mut self, reconnects: u64, consumer: &str) -> MissedReason {
+    /// newest read, and `caught_up` says nothing was pending after it.
+    fn reason(&mut self, reconnects: u64, consumer: &str, caught_up: bool) -> MissedReason {
         // The ordered consumer names each consumer it makes again; its first
         // message can come before the client's event task counts the
         // reconnect that caused it.
-        let made_again = self.consumer.as_deref().is_some_and(|c| c != consumer);
-        let reconnected = reconnects != self.seen_reconnects || self.remade || made_again;
-        self.seen_reconnects = reconnects;
-        self.remade = false;
+        if self.consumer.as_deref().is_some_and(|c| c != consumer) {
+            self.remade = true;
+        }
         if self.consumer.as_deref() != Some(consumer) {
             self.consumer = Some(consumer.to_owned());
         }
-        if reconnected {
-            MissedReason::Reconnect
-        } else {
-            MissedReason::Behind
+        // A failover's gap can open a while after the reconnect, in a
+        // backlog the consumer is still catching up on (seen in CI with
+        // nats-server 2.9: the same consumer, the reconnect counted before).
+        let reason = if reconnects != self.settled_reconnects || self.remade { MissedReason::Reconnect } else { MissedReason::Behind };
+        if caught_up {
+            self.settled_reconnects = reconnects;
+            self.remade = false;
         }
+        reason
     }
 }
 
@@ -1224,7 +1229,7 @@ impl Reader {
         let b_last = b + count - 1;
         let b_newest = self.seen.get(subject).map_or(b_last, |&(l, _)| l.max(b_last));
         self.seen.insert(subject.to_owned(), (b_newest, seq));
-        let reason = self.cause.reason(self.reconnects.load(Ordering::Acquire), info.consumer);
+        let reason = self.cause.reason(self.reconnects.load(Ordering::Acquire), info.consumer, info.pending == 0);
         let mut out = Vec::with_capacity(datas.len() + 1);
         if gap != Some(0) {
             out.push(Event::Missed(Missed { count: gap, reason }));
@@ -1346,14 +1351,29 @@ mod tests {
     #[test]
     fn chan_04_a_gap_from_a_consumer_made_again_before_the_reconnect_is_counted_is_a_reconnect() {
         let mut cause = GapCause::new(0);
-        assert_eq!(cause.reason(0, "sub_1"), MissedReason::Behind, "a first message of a branch read from the start");
-        assert_eq!(cause.reason(0, "sub_1"), MissedReason::Behind, "the same consumer, no reconnect: the reader fell behind");
-        assert_eq!(cause.reason(0, "sub_2"), MissedReason::Reconnect, "the consumer was made again");
-        assert_eq!(cause.reason(0, "sub_2"), MissedReason::Behind);
-        assert_eq!(cause.reason(1, "sub_2"), MissedReason::Reconnect, "the client reconnected");
+        assert_eq!(cause.reason(0, "sub_1", true), MissedReason::Behind, "a first message of a branch read from the start");
+        assert_eq!(cause.reason(0, "sub_1", true), MissedReason::Behind, "the same consumer, no reconnect: the reader fell behind");
+        assert_eq!(cause.reason(0, "sub_2", true), MissedReason::Reconnect, "the consumer was made again");
+        assert_eq!(cause.reason(0, "sub_2", true), MissedReason::Behind);
+        assert_eq!(cause.reason(1, "sub_2", true), MissedReason::Reconnect, "the client reconnected");
         cause.remade = true;
-        assert_eq!(cause.reason(1, "sub_3"), MissedReason::Reconnect, "made again by us");
-        assert_eq!(cause.reason(1, "sub_3"), MissedReason::Behind);
+        assert_eq!(cause.reason(1, "sub_3", true), MissedReason::Reconnect, "made again by us");
+        assert_eq!(cause.reason(1, "sub_3", true), MissedReason::Behind);
+    }
+
+    /// CHAN-04: a failover's gap that opens in the backlog after the
+    /// reconnect, before the subscription caught up, from the same
+    /// consumer, is `reconnect`; once caught up, a gap is `behind`.
+    #[test]
+    fn chan_04_a_gap_while_catching_up_after_a_reconnect_is_a_reconnect() {
+        let mut cause = GapCause::new(0);
+        assert_eq!(cause.reason(0, "sub_1", true), MissedReason::Behind);
+        assert_eq!(cause.reason(1, "sub_1", false), MissedReason::Reconnect, "the first message after the reconnect, more pending");
+        assert_eq!(cause.reason(1, "sub_1", false), MissedReason::Reconnect, "still catching up: the failover's gap");
+        assert_eq!(cause.reason(1, "sub_1", true), MissedReason::Reconnect, "the message that caught up");
+        assert_eq!(cause.reason(1, "sub_1", true), MissedReason::Behind, "caught up since: the reader fell behind");
+        assert_eq!(cause.reason(1, "sub_2", false), MissedReason::Reconnect, "made again");
+        assert_eq!(cause.reason(1, "sub_2", false), MissedReason::Reconnect, "made again, not caught up since");
     }
 
     /// CHAN-02: the queue dropped its oldest while a gap waited behind
