@@ -72,6 +72,12 @@ func TestLock01SemaphoreGivesAtMostItsLimit(t *testing.T) {
 						n := inside.Add(1)
 						for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 						}
+						// Stay until the limit was reached once (or 200 ms):
+						// on etcd a grant takes longer than a short hold, and
+						// holders that never overlap would not show it.
+						for end := time.Now().Add(200 * time.Millisecond); most.Load() < 3 && time.Now().Before(end); {
+							time.Sleep(100 * time.Microsecond)
+						}
 						time.Sleep(time.Millisecond)
 						inside.Add(-1)
 						return nil

@@ -78,6 +78,7 @@ func leaseClient() int {
 					return nil
 				}
 				started := true
+				var err error
 				h.Call = testkit.Mono()
 				if rng.IntN(3) == 0 {
 					started, err = l.TryHold(ctx, 0, body)
