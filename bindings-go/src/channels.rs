@@ -72,10 +72,12 @@ static OUTCOMES: LazyLock<Mutex<HashMap<u64, tinystore::Result<()>>>> = LazyLock
 /// program's many goroutines publishing at once wait in Go, not each in a
 /// thread of its own woken per answer (a lone publish is faster with
 /// [`ts_publish`], whose thread reads its own answer). Errors: `invalid` (name, key),
-/// `limit` (over 1 MiB), `closed`, `unavailable`, `timeout`. The caller
-/// calls [`ts_completions_try`](crate::completions::ts_completions_try)
-/// right after: what this call read for the caller's subscriptions is
-/// signalled there, not to [`ts_completions_wait`](crate::completions::ts_completions_wait).
+/// `limit` (over 1 MiB), `closed`, `unavailable`, `timeout`. After
+/// [`TS_OK`](crate::error::TS_OK) or [`TS_ERR`](crate::error::TS_ERR) the caller calls
+/// [`ts_completions_try`](crate::completions::ts_completions_try) right
+/// away: what this call read for the caller's subscriptions is signalled
+/// there, not to [`ts_completions_wait`](crate::completions::ts_completions_wait);
+/// after [`TS_PENDING`] it is signalled to `ts_completions_wait`.
 ///
 /// # Safety
 /// `s` is live; `(channel, channel_len)`, `(keys, nkeys)`, `(buf, buf_len)`
@@ -105,10 +107,13 @@ pub unsafe extern "C" fn ts_publish_start(
             OUTCOMES.lock().unwrap_or_else(|e| e.into_inner()).insert(token, r);
             completions::push(token);
         };
-        // The caller takes the tokens this pushes (ts_completions_try) on return.
+        // The caller takes the tokens this pushes (ts_completions_try) on
+        // return, unless the publish is pending: it then takes none (one
+        // call less a publish), and the drain thread is signalled.
         match crate::completions::deferring(|| s.store.publish_raw_then(channel, &keys, data, done)) {
             Some(r) => Ok(r?),
             None => {
+                crate::completions::signal_deferred();
                 pending = true;
                 Ok(())
             }

@@ -20,12 +20,24 @@ thread_local! {
     /// Set while this thread runs a call whose caller takes the queue itself
     /// right after ([`deferring`]).
     static DEFER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// This thread pushed a token while [`DEFER`] was set.
+    static DEFERRED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Pushes `token` on the completion queue.
 pub(crate) fn push(token: u64) {
     QUEUE.ready.lock().unwrap_or_else(|e| e.into_inner()).push(token);
-    if !DEFER.get() {
+    if DEFER.get() {
+        DEFERRED.set(true);
+    } else {
+        QUEUE.cv.notify_one();
+    }
+}
+
+/// Signals the tokens this thread pushed within [`deferring`], for a call
+/// whose caller will not take them itself (a publish left pending).
+pub(crate) fn signal_deferred() {
+    if DEFERRED.replace(false) {
         QUEUE.cv.notify_one();
     }
 }
@@ -43,6 +55,7 @@ pub(crate) fn deferring<R>(f: impl FnOnce() -> R) -> R {
         }
     }
     DEFER.set(true);
+    DEFERRED.set(false);
     let _reset = Reset;
     f()
 }

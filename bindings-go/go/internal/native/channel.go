@@ -48,8 +48,11 @@ func (s *Store) Publish(ctx context.Context, channel string, keys []any, data []
 	token := newToken()
 	rc := C.ts_publish_start(s.p, cp, cn, vp, vn, bp, bn, dp, dn, C.uint64_t(token), &e)
 	runtime.KeepAlive(s)
-	takeNow()
 	if rc != C.TS_PENDING {
+		// Ended within the call: what it read for this process's
+		// subscriptions waits for takeNow (when pending, the library
+		// signalled it to the drain goroutine).
+		takeNow()
 		return result(ctx, rc, e)
 	}
 	done := make(chan error, 1)
