@@ -6,6 +6,12 @@
 //! Blocking engine calls (opening a store or a database, SQL) run on
 //! napi's blocking pool, so the JavaScript event loop never waits on them.
 
+// mimalloc for the addon's own allocations (V8's and Node's are theirs):
+// malloc and free were 15% of a pipelined burst's CPU with glibc's
+// (docs/performance-node.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod convert;
 mod database;
 mod errors;
