@@ -308,22 +308,31 @@ pub(crate) fn encode_null_answer(buf: &mut Vec<u8>, id: u64) {
 /// channel, branch, data, .. })` writes it (fields in that order: the shape
 /// [`fast_publish`] reads), without building the request: `data` is one
 /// JSON value already checked, copied as is.
+#[cfg(test)]
 pub(crate) fn publish_frame(id: u64, channel: &str, branch: &[Key], data: &RawValue) -> Vec<u8> {
+    let mut buf = Vec::new();
+    publish_frame_into(&mut buf, id, channel, branch, data);
+    buf
+}
+
+/// [`publish_frame`] written into `buf` (cleared first), whose capacity a
+/// caller keeps for the next.
+pub(crate) fn publish_frame_into(buf: &mut Vec<u8>, id: u64, channel: &str, branch: &[Key], data: &RawValue) {
     let data = data.get().as_bytes();
-    let mut buf = Vec::with_capacity(64 + channel.len() + 8 * branch.len() + data.len());
+    buf.clear();
+    buf.reserve(64 + channel.len() + 8 * branch.len() + data.len());
     buf.extend_from_slice(&[0; 4]);
     buf.extend_from_slice(ANSWER_PREFIX);
-    push_u64(&mut buf, id);
+    push_u64(buf, id);
     buf.extend_from_slice(b",\"op\":\"publish\",\"channel\":");
-    serde_json::to_writer(&mut buf, channel).expect("a name serializes");
+    serde_json::to_writer(&mut *buf, channel).expect("a name serializes");
     buf.extend_from_slice(b",\"branch\":");
-    serde_json::to_writer(&mut buf, branch).expect("keys serialize");
+    serde_json::to_writer(&mut *buf, branch).expect("keys serialize");
     buf.extend_from_slice(b",\"data\":");
     buf.extend_from_slice(data);
     buf.push(b'}');
     let len = (buf.len() - 4) as u32;
     buf[..4].copy_from_slice(&len.to_be_bytes());
-    buf
 }
 
 /// A frame of the two shapes that come by the thousand in a burst, read
@@ -724,6 +733,8 @@ mod tests {
     fn a_publish_frame_is_the_request_as_serde_writes_it() {
         let datas: [&[u8]; 4] = [b"null", b"{\"id\":41,\"s\":\"}]\"}", b"\"x\\\"}\"", b"-1.5e3"];
         let branches = [vec![], vec![Key::from(7)], vec![Key::from("a]b"), Key::from("q\"]\\"), Key::from(-3), Key::from("é\n")]];
+        // One buffer for all, as a client thread keeps it: each frame alone.
+        let mut kept = b"left over from a longer frame before".to_vec();
         for channel in ["chat", "chat-events_2", "Quote\"d\\ name é"] {
             for branch in &branches {
                 for data in datas {
@@ -734,6 +745,8 @@ mod tests {
                         r.branch = Some(branch.clone());
                         r.data = Some(raw);
                         assert_eq!(publish_frame(id, channel, branch, raw), frame(&r), "{channel:?} {branch:?} {id}");
+                        publish_frame_into(&mut kept, id, channel, branch, raw);
+                        assert_eq!(kept, frame(&r), "{channel:?} {branch:?} {id}, into a used buffer");
                     }
                 }
             }

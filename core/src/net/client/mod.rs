@@ -70,6 +70,23 @@ type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState
 /// Where an answer arrives: the `ok` JSON, or the store's error.
 pub(crate) type AnswerRx = oneshot::Receiver<Result<Box<[u8]>>>;
 
+thread_local! {
+    /// A publish's frame is written here, kept between a thread's publishes
+    /// (an allocation less a message in a burst).
+    static FRAME_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// The largest frame buffer kept for the next publish: a 1 MiB message's
+/// would hold a MiB a thread.
+const KEPT_FRAME_BYTES: usize = 64 << 10;
+
+fn keep_frame_buffer(mut frame: Vec<u8>) {
+    if frame.capacity() <= KEPT_FRAME_BYTES {
+        frame.clear();
+        FRAME_BUFFER.set(frame);
+    }
+}
+
 /// Who is waiting for the answer to a request.
 enum Answer {
     Call(oneshot::Sender<Result<Box<[u8]>>>),
@@ -95,10 +112,15 @@ impl Answer {
         matches!(self, Answer::Publish(_) | Answer::PublishThen(_))
     }
 
-    fn give(self, v: Result<Box<[u8]>>) {
+    /// Gives the answer's `ok` JSON (copied only where it is read: a
+    /// publish's is `null`, dropped).
+    fn give(self, v: std::result::Result<&[u8], Error>) {
         match self {
-            Answer::Call(tx) | Answer::Publish(tx) => {
-                let _ = tx.send(v);
+            Answer::Call(tx) => {
+                let _ = tx.send(v.map(Box::from));
+            }
+            Answer::Publish(tx) => {
+                let _ = tx.send(v.map(|_| Box::default()));
             }
             Answer::PublishThen(mut then) => {
                 if let Some(f) = then.0.take() {
@@ -107,10 +129,10 @@ impl Answer {
             }
             Answer::Renewal(l, sent) => {
                 if let Some(l) = l.upgrade() {
-                    l.renewed(sent, v);
+                    l.renewed(sent, v.map(Box::from));
                 }
             }
-            Answer::Adopt(l, sent) => l.adopted(sent, v),
+            Answer::Adopt(l, sent) => l.adopted(sent, v.map(Box::from)),
         }
     }
 
@@ -702,7 +724,7 @@ impl Client {
             if let Some(shared) = conn.shared.as_ref().filter(|_| spin) {
                 shared.expect.answered(queued);
             }
-            a.give(v.map(|b| b.into()));
+            a.give(v);
         }
     }
 
@@ -1028,7 +1050,9 @@ impl Client {
                 }
             };
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            let frame = wire::publish_frame(id, channel, branch, raw);
+            // Written into this thread's buffer, kept between publishes.
+            let mut frame = FRAME_BUFFER.take();
+            wire::publish_frame_into(&mut frame, id, channel, branch, raw);
             // Held back only where an engine thread reads the answers that let
             // it go: a language's busy event loop would hold it for as long.
             let before = conn.publishing.fetch_add(1, Ordering::AcqRel);
@@ -1037,7 +1061,9 @@ impl Client {
                 n if n >= COALESCE_AFTER && conn.holds_back() => Place::HeldBack,
                 _ => Place::Behind,
             };
-            match self.try_send_frame(&conn, id, &frame, 0, answer.take(), place) {
+            let sent = self.try_send_frame(&conn, id, &frame, 0, answer.take(), place);
+            keep_frame_buffer(frame);
+            match sent {
                 Ok(()) => return Ok(Some(conn)),
                 Err((e, a)) => {
                     conn.publishing.fetch_sub(1, Ordering::AcqRel);
