@@ -81,6 +81,7 @@ export class Branch<T> implements AsyncIterable<Message<T>> {
    */
   async subscribe(handler: (m: Message<T>) => unknown, options: SubscribeOptions = {}): Promise<Subscription> {
     check.fn('a subscription\'s handler', handler, '(m) => console.log(m.value)')
+    options = check.options('subscribe', options, ['onMissed', 'onError', 'recursive'], '{ onMissed: (m) => {...} }')
     check.optionalFn('onMissed', options?.onMissed)
     check.optionalFn('onError', options?.onError)
     const native = await now(() => this.store.subscribe(this.name, this.path as Key[], options?.recursive ?? false))
@@ -97,6 +98,7 @@ export class Branch<T> implements AsyncIterable<Message<T>> {
    * @param options - `onMissed`, and `recursive` for the branches below too.
    */
   messages(options: Pick<SubscribeOptions, 'onMissed' | 'recursive'> = {}): MessageIterator<T> {
+    options = check.options('messages', options, ['onMissed', 'recursive'], '{ recursive: true }')
     check.optionalFn('onMissed', options?.onMissed)
     return new MessageIterator<T>(
       () => now(() => this.store.subscribe(this.name, this.path as Key[], options?.recursive ?? false)),

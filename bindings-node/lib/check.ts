@@ -84,3 +84,38 @@ export function fn<F>(what: string, v: F, example?: string): F {
 export function optionalFn<F>(what: string, v: F | undefined): F | undefined {
   return v === undefined ? v : fn(what, v)
 }
+
+/**
+ * The options object `v` given to `where` (`{}` for undefined or null); an
+ * InvalidError for anything but an object, or for a property that is not one
+ * of `known`: a misspelled option (`maxhold`) would otherwise be dropped
+ * without a word, and its default used.
+ */
+export function options<T extends object>(where: string, v: T | null | undefined, known: readonly string[], example: string): T {
+  if (v === undefined || v === null) return {} as T
+  if (typeof v !== 'object' || Array.isArray(v)) {
+    throw new InvalidError(`the options of ${where} are an object, like ${example}; got ${describe(v)}`)
+  }
+  for (const k of Object.keys(v)) {
+    if (!known.includes(k)) {
+      const near = known.find((n) => editDistance(n.toLowerCase(), k.toLowerCase()) <= 2)
+      throw new InvalidError(
+        `${where} has no option ${JSON.stringify(k)}${near ? ` (did you mean ${near}?)` : ''}: its options are ${known.join(', ')}`,
+      )
+    }
+  }
+  return v
+}
+
+/** Levenshtein distance, for a misspelled option's suggestion. */
+function editDistance(a: string, b: string): number {
+  let row = Array.from({ length: b.length + 1 }, (_, j) => j)
+  for (let i = 1; i <= a.length; i++) {
+    const next = [i]
+    for (let j = 1; j <= b.length; j++) {
+      next[j] = Math.min(row[j] + 1, next[j - 1] + 1, row[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1))
+    }
+    row = next
+  }
+  return row[b.length]
+}

@@ -74,7 +74,7 @@ abstract class Holdable<L extends Permit> {
   async hold<R>(key: Key, fn: (lease: L) => R | PromiseLike<R>, options: HoldOptions = {}): Promise<R> {
     check.key(key)
     check.fn('the work given to hold', fn, 'async (lease) => { ... }')
-    const wait = check.duration('wait', options?.wait)
+    const wait = check.duration('wait', check.options('hold', options, ['wait'], "{ wait: '5s' }").wait)
     const holder = currentHolder()
     const held = await now(() => this.native.acquire(key, holder, wait))
     return runUnder(held, holder, (n) => this.make(n), fn)
@@ -119,6 +119,9 @@ export class Semaphore extends Holdable<Permit> {
   }
 }
 
+/** The options of a lock handle (a semaphore's add `limit`). */
+const LOCK_OPTIONS = ['ttl', 'maxHold', 'wait']
+
 /** The durations of `o`, their types checked (the engine checks their values). */
 function durations(o: LockOptions): [Duration | undefined, Duration | undefined, Duration | undefined] {
   return [check.duration('ttl', o.ttl), check.duration('maxHold', o.maxHold), check.duration('wait', o.wait)]
@@ -127,13 +130,14 @@ function durations(o: LockOptions): [Duration | undefined, Duration | undefined,
 /** @internal A lock handle, checked by the engine now. */
 export function makeLock(store: NativeStore, name: string, o: LockOptions | null | undefined): Lock {
   check.name('lock', name, 'summaries')
-  const [ttl, maxHold, wait] = durations(o ?? {})
+  const [ttl, maxHold, wait] = durations(check.options('store.lock', o, LOCK_OPTIONS, "{ ttl: '30s', maxHold: '5m' }"))
   return new Lock(sync(() => store.lock(name, ttl, maxHold, wait)))
 }
 
 /** @internal A semaphore handle, checked by the engine now. */
 export function makeSemaphore(store: NativeStore, name: string, o: SemaphoreOptions): Semaphore {
   check.name('semaphore', name, 'exports')
+  if (typeof o === 'object' && o !== null) check.options('store.semaphore', o, ['limit', ...LOCK_OPTIONS], '{ limit: 3 }')
   if (o === undefined || o === null || typeof o.limit !== 'number') {
     const got = o === undefined || o === null ? 'no options' : `limit: ${check.describe(o.limit)}`
     throw new InvalidError(`a semaphore needs its limit, a whole number of permits: store.semaphore('${name}', { limit: 3 }); got ${got}`)

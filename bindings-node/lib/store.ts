@@ -7,6 +7,23 @@ import { native, type NativeStore } from './native'
 import { toStatus, type StoreStatus } from './status'
 import type { Duration } from './types'
 
+/** The options {@link connect} takes. */
+const CONNECT_OPTIONS = [
+  'token',
+  'caFile',
+  'requestTimeout',
+  'etcdUser',
+  'etcdPassword',
+  'etcdCert',
+  'etcdKey',
+  'natsUser',
+  'natsPassword',
+  'natsToken',
+  'natsCredentials',
+  'natsCert',
+  'natsKey',
+] as const
+
 /** Options of `store.database`. */
 export interface DatabaseOptions {
   /**
@@ -142,7 +159,8 @@ export interface ConnectOptions {
  * is unreadable; {@link AuthError} for a missing or wrong token, a wrong
  * etcd user or password (or none where etcd has auth enabled), a
  * certificate the CA did not sign, or a client certificate etcd refused;
- * {@link InvalidError} for an address or option out of form, `tls:` or
+ * {@link InvalidError} for an address or option out of form, an option
+ * `connect` does not take (a misspelled name, told with the options it takes), `tls:` or
  * `etcds://` without a CA file, an etcd user without a password or a
  * certificate without a key (or the other way round), an unreadable etcd
  * TLS file; {@link UnavailableError} when no etcd member answered within
@@ -151,10 +169,7 @@ export interface ConnectOptions {
  */
 export async function connect(address: string, options?: ConnectOptions): Promise<Store> {
   check.text('an address', address, "'unix:PATH', 'tcp:HOST:PORT', 'tls:HOST:PORT' or 'etcd://HOST:PORT/PREFIX'")
-  const o = options ?? {}
-  if (typeof o !== 'object' || o === null) {
-    throw new InvalidError(`the options of connect are an object, like { token: '...' }; got ${check.describe(options)}`)
-  }
+  const o = check.options('connect', options, CONNECT_OPTIONS, "{ token: '...' }")
   const nativeOptions = {
     token: o.token === undefined ? undefined : check.text('the token', o.token, "'3f9c...'"),
     caFile: o.caFile === undefined ? undefined : check.text('caFile', o.caFile, "'ca.pem'"),
@@ -202,7 +217,8 @@ export class Store {
    *
    * @param name - `[a-z0-9][a-z0-9_-]{0,63}`, like `'summaries'`.
    * @param options - `ttl` (default `'30s'`), `maxHold` (default none), `wait` (default `'10s'`).
-   * @throws {@link InvalidError} for a name or duration out of rule;
+   * @throws {@link InvalidError} for a name or duration out of rule, or an
+   * option it does not take (a misspelled `maxhold`);
    * {@link ConflictError} when the name is a semaphore; {@link ClosedError}.
    */
   lock(name: string, options: LockOptions = {}): Lock {
@@ -233,7 +249,7 @@ export class Store {
    */
   async database(name: string, options: DatabaseOptions = {}): Promise<Database> {
     check.name('database', name, 'chat')
-    const migrations = options?.migrations
+    const migrations = check.options('store.database', options, ['migrations'], "{ migrations: 'migrations' }").migrations
     if (migrations !== undefined && typeof migrations !== 'string') {
       throw new InvalidError(`migrations is the path of a folder of numbered .sql files, like 'migrations'; got ${check.describe(migrations)}`)
     }

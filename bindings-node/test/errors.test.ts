@@ -68,6 +68,23 @@ for (const mode of MODES) {
       await invalid('semaphore hold(Symbol)', () => sem.hold(Symbol('k'), () => 1), /got a symbol/)
     })
 
+    it('NAMES an option a call does not take (misspelled) is an InvalidError naming it and the options there are, not a default used', async () => {
+      const s: Loose = await store()
+      invalidNow('lock maxhold', () => s.lock('opts', { ttl: '30s', maxhold: '1m' }), /store.lock has no option "maxhold" \(did you mean maxHold\?\)/, /its options are ttl, maxHold, wait/)
+      invalidNow('lock 5', () => s.lock('opts', 5), /the options of store.lock are an object/, /got the number 5/)
+      invalidNow('semaphore limt', () => s.semaphore('opts-sem', { limt: 2 }), /has no option "limt" \(did you mean limit\?\)/)
+      invalidNow('semaphore wiat', () => s.semaphore('opts-sem', { limit: 2, wiat: '1s' }), /did you mean wait\?/)
+      const lock = s.lock('opts')
+      await invalid('hold timeout', () => lock.hold('k', () => 1, { timeout: '1s' }), /hold has no option "timeout"/, /its options are wait/)
+      const ch = s.channel('opts')
+      await invalid('subscribe onmissed', () => ch.under(1).subscribe(() => {}, { onmissed: () => {} }), /subscribe has no option "onmissed" \(did you mean onMissed\?\)/)
+      invalidNow('messages recursve', () => ch.messages({ recursve: true }), /messages has no option "recursve" \(did you mean recursive\?\)/)
+      await invalid('database migration', () => s.database('opts', { migration: 'm' }), /store.database has no option "migration" \(did you mean migrations\?\)/)
+      await invalid('connect requestTimout', () => (connect as Loose)('unix:/nonexistent/tinystore.sock', { requestTimout: '1s' }), /connect has no option "requestTimout" \(did you mean requestTimeout\?\)/)
+      // The held key was never taken: a hold with the right option goes on.
+      assert.equal(await lock.hold('k', () => 7, { wait: '1s' }), 7)
+    })
+
     it('NAMES a key out of range is refused at under(), before any publish: fractions, NaN, unsafe integers, empty or long text', async () => {
       const s: Loose = await store()
       const ch = s.channel('keys')
