@@ -88,6 +88,9 @@ abstract class Holdable<L extends Permit> {
    * @throws As {@link Holdable.hold}, without {@link TimeoutError}.
    */
   async tryHold<R>(key: Key, fn: (lease: L) => R | PromiseLike<R>): Promise<TryHoldResult<R>> {
+    if (arguments.length > 2) {
+      throw new InvalidError(`tryHold takes no options: it never waits; got ${check.describe(arguments[2])} after the function (hold(key, fn, { wait }) waits)`)
+    }
     check.key(key)
     check.fn('the work given to tryHold', fn, 'async (lease) => { ... }')
     const holder = currentHolder()

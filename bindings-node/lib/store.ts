@@ -46,10 +46,16 @@ export interface DatabaseOptions {
  * @param dir - The store directory, like `'data'`.
  * @throws {@link IoError} when the directory cannot be made, locked or
  * reached; {@link SqlError} when its `kv.db` is unreadable;
- * {@link InvalidError} when `dir` is not a string.
+ * {@link InvalidError} when `dir` is not a string, or when anything is
+ * given after it (options belong to {@link connect}).
  */
 export async function open(dir: string): Promise<Store> {
   check.text('a store directory', dir, "'data'")
+  if (arguments.length > 1) {
+    throw new InvalidError(
+      `open takes only the store directory; got ${check.describe(arguments[1])} after it (options such as requestTimeout or token belong to connect(address, options))`,
+    )
+  }
   return new Store(await now(() => native.NativeStore.open(dir)))
 }
 

@@ -81,6 +81,8 @@ for (const mode of MODES) {
       invalidNow('messages recursve', () => ch.messages({ recursve: true }), /messages has no option "recursve" \(did you mean recursive\?\)/)
       await invalid('database migration', () => s.database('opts', { migration: 'm' }), /store.database has no option "migration" \(did you mean migrations\?\)/)
       await invalid('connect requestTimout', () => (connect as Loose)('unix:/nonexistent/tinystore.sock', { requestTimout: '1s' }), /connect has no option "requestTimout" \(did you mean requestTimeout\?\)/)
+      await invalid('tryHold options', () => lock.tryHold('k', () => 1, { wait: '1s' }), /tryHold takes no options/)
+      await invalid('open options', () => (open as Loose)(tempDir(), { requestTimout: '1s' }), /open takes only the store directory/, /belong to connect/)
       // The held key was never taken: a hold with the right option goes on.
       assert.equal(await lock.hold('k', () => 7, { wait: '1s' }), 7)
     })
