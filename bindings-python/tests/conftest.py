@@ -148,12 +148,12 @@ class EtcdCluster:
             ))
         self.scheme = "etcds" if tls else "etcd"
         self.endpoints = ",".join(f"127.0.0.1:{c}" for c, _ in self.ports)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 45
         while self.etcdctl("endpoint", "health", check=False).returncode != 0:
             if time.monotonic() > deadline:
                 logs = _log_tails([self.dir / f"m{i}.log" for i in range(members)], 3)
                 self.stop()
-                raise RuntimeError(f"etcd did not become healthy within 20 s; {logs}")
+                raise RuntimeError(f"etcd did not become healthy within 45 s; {logs}")
             time.sleep(0.1)
 
     def etcdctl(self, *args: str, check: bool = True) -> "subprocess.CompletedProcess[str]":

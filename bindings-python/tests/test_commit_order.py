@@ -38,6 +38,9 @@ async def test_chan_03_four_processes_deliver_in_commit_order(tmp_path: Path) ->
         await _four_writers(store, str(dir))
 
 
+# Four new processes each connect to etcd and NATS: more than the default
+# 60 s on a loaded machine.
+@pytest.mark.timeout(180)
 async def test_chan_03_cluster_four_processes_deliver_in_commit_order(tmp_path: Path, request: Any) -> None:
     # One machine's four processes of a cluster store share its SQL
     # databases (TINYSTORE_CLUSTER_SQL_DIR); their messages go through NATS.

@@ -239,3 +239,32 @@ fn chan_04_cluster_1000_subscriptions_on_one_connection_all_receive_again_after_
     eprintln!("misses told: {told}");
     drop(subs);
 }
+
+/// STORE-02 on NATS: with every NATS server of a cluster store gone (kill
+/// -9), `status()` fails with `unavailable` within about the request
+/// timeout, where it used to ask JetStream for the stream names again and
+/// again, never answering (a Python test waiting on it could not be
+/// stopped by its timeout).
+#[test]
+fn store_02_cluster_status_with_every_nats_server_gone_is_unavailable_within_the_request_timeout() {
+    let _one = one_at_a_time();
+    let c = Cluster::shared();
+    let mut n = Nats::start();
+    let timeout = Duration::from_secs(2);
+    let store = Store::connect_with(&address(&c, &n, "store02status"), tinystore::ConnectOptions::new().request_timeout(timeout)).expect("connect");
+    // A stream of this store's, so status has a channel to list.
+    tinystore::runtime::block_on(store.publish_raw("c", &[Key::from(1u64)], b"1".to_vec().into_boxed_slice())).unwrap();
+    assert!(store.status_json().is_ok());
+    for i in 0..3 {
+        n.kill(i);
+    }
+    let (tx, rx) = mpsc::channel();
+    let asked = Instant::now();
+    std::thread::spawn(move || {
+        let _ = tx.send(store.status_json().map(|_| ()));
+    });
+    let answer = rx.recv_timeout(timeout * 6).expect("status() answered within 6 request timeouts");
+    let e = answer.expect_err("status() with every NATS server gone");
+    assert_eq!(e.kind(), tinystore::ErrorKind::Unavailable, "{e}");
+    assert!(asked.elapsed() < timeout * 3, "status() took {:?}", asked.elapsed());
+}

@@ -832,11 +832,29 @@ impl Jet {
     /// with its lag: the messages the stream has for it that it has not
     /// read yet), the messages the stream keeps, and its newest branch
     /// sequence; in the shape of `BranchStatus`. A stopped subscription's
-    /// consumer is counted until NATS removes it (30 s idle).
+    /// consumer is counted until NATS removes it (30 s idle). Errors:
+    /// `unavailable` when NATS did not answer it all within the request
+    /// timeout.
     pub(crate) async fn branches_status(&self) -> Result<Vec<serde_json::Value>> {
+        match tokio::time::timeout(self.timeout, self.read_branches_status()).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(
+                ErrorKind::Unavailable,
+                format!("reading the store's streams: NATS did not answer within the request timeout ({:?}); no NATS server reachable?", self.timeout),
+            )),
+        }
+    }
+
+    async fn read_branches_status(&self) -> Result<Vec<serde_json::Value>> {
         let bad = |e: &dyn std::fmt::Display| nats_error("reading the store's streams", e, ErrorKind::Unavailable);
         let prefix = format!("ts-{}-", self.names.prefix);
-        let names: Vec<String> = self.js.stream_names().filter_map(|r| futures::future::ready(r.ok())).collect().await;
+        // The first error ends it: the names stream asks for the same page
+        // again after an error, forever while no server answers.
+        let mut names: Vec<String> = Vec::new();
+        let mut listed = self.js.stream_names();
+        while let Some(name) = listed.next().await {
+            names.push(name.map_err(|e| bad(&e))?);
+        }
         let mut out: Vec<serde_json::Value> = Vec::new();
         for name in names {
             let Some(channel) = name.strip_prefix(&prefix).and_then(unescape) else { continue };
