@@ -79,7 +79,7 @@ export class Branch<T> implements AsyncIterable<Message<T>> {
    * {@link InvalidError} when `handler` (or `onMissed`, `onError`) is not a
    * function, or a key of the branch is out of rule; {@link ClosedError}.
    */
-  async subscribe(handler: (m: Message<T>) => unknown, options: SubscribeOptions = {}): Promise<Subscription> {
+  async subscribe(handler: (m: Message<T>) => unknown, options: SubscribeOptions | null = {}): Promise<Subscription> {
     check.fn('a subscription\'s handler', handler, '(m) => console.log(m.value)')
     options = check.options('subscribe', options, ['onMissed', 'onError', 'recursive'], '{ onMissed: (m) => {...} }')
     check.optionalFn('onMissed', options?.onMissed)
@@ -97,7 +97,7 @@ export class Branch<T> implements AsyncIterable<Message<T>> {
    *
    * @param options - `onMissed`, and `recursive` for the branches below too.
    */
-  messages(options: Pick<SubscribeOptions, 'onMissed' | 'recursive'> = {}): MessageIterator<T> {
+  messages(options: Pick<SubscribeOptions, 'onMissed' | 'recursive'> | null = {}): MessageIterator<T> {
     options = check.options('messages', options, ['onMissed', 'recursive'], '{ recursive: true }')
     check.optionalFn('onMissed', options?.onMissed)
     return new MessageIterator<T>(

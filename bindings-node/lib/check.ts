@@ -96,7 +96,8 @@ export function options<T extends object>(where: string, v: T | null | undefined
   if (typeof v !== 'object' || Array.isArray(v)) {
     throw new InvalidError(`the options of ${where} are an object, like ${example}; got ${describe(v)}`)
   }
-  for (const k of Object.keys(v)) {
+  // for..in: an option the object inherits is read like its own.
+  for (const k in v) {
     if (!known.includes(k)) {
       const near = known.find((n) => editDistance(n.toLowerCase(), k.toLowerCase()) <= 2)
       throw new InvalidError(

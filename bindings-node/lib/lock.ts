@@ -71,7 +71,7 @@ abstract class Holdable<L extends Permit> {
    * {@link UnavailableError} when, connected, the store stayed out of reach
    * for the whole wait (at least the request timeout, 10 s).
    */
-  async hold<R>(key: Key, fn: (lease: L) => R | PromiseLike<R>, options: HoldOptions = {}): Promise<R> {
+  async hold<R>(key: Key, fn: (lease: L) => R | PromiseLike<R>, options: HoldOptions | null = {}): Promise<R> {
     check.key(key)
     check.fn('the work given to hold', fn, 'async (lease) => { ... }')
     const wait = check.duration('wait', check.options('hold', options, ['wait'], "{ wait: '5s' }").wait)

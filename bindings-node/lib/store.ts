@@ -173,7 +173,7 @@ export interface ConnectOptions {
  * the request timeout; {@link ProtocolError} for `tcp:` on a TLS port or
  * `tls:` on a plain one.
  */
-export async function connect(address: string, options?: ConnectOptions): Promise<Store> {
+export async function connect(address: string, options?: ConnectOptions | null): Promise<Store> {
   check.text('an address', address, "'unix:PATH', 'tcp:HOST:PORT', 'tls:HOST:PORT' or 'etcd://HOST:PORT/PREFIX'")
   const o = check.options('connect', options, CONNECT_OPTIONS, "{ token: '...' }")
   const nativeOptions = {
@@ -227,7 +227,7 @@ export class Store {
    * option it does not take (a misspelled `maxhold`);
    * {@link ConflictError} when the name is a semaphore; {@link ClosedError}.
    */
-  lock(name: string, options: LockOptions = {}): Lock {
+  lock(name: string, options: LockOptions | null = {}): Lock {
     return makeLock(this.#native, name, options)
   }
 
@@ -253,7 +253,7 @@ export class Store {
    * already applied (it would run out of order); {@link InvalidError};
    * {@link IoError}.
    */
-  async database(name: string, options: DatabaseOptions = {}): Promise<Database> {
+  async database(name: string, options: DatabaseOptions | null = {}): Promise<Database> {
     check.name('database', name, 'chat')
     const migrations = check.options('store.database', options, ['migrations'], "{ migrations: 'migrations' }").migrations
     if (migrations !== undefined && typeof migrations !== 'string') {

@@ -71,6 +71,8 @@ for (const mode of MODES) {
     it('NAMES an option a call does not take (misspelled) is an InvalidError naming it and the options there are, not a default used', async () => {
       const s: Loose = await store()
       invalidNow('lock maxhold', () => s.lock('opts', { ttl: '30s', maxhold: '1m' }), /store.lock has no option "maxhold" \(did you mean maxHold\?\)/, /its options are ttl, maxHold, wait/)
+      // One the object inherits is read like its own, so it is checked too.
+      invalidNow('lock inherited maxhold', () => s.lock('opts', Object.create({ maxhold: '1m' })), /store.lock has no option "maxhold"/)
       invalidNow('lock 5', () => s.lock('opts', 5), /the options of store.lock are an object/, /got the number 5/)
       invalidNow('semaphore limt', () => s.semaphore('opts-sem', { limt: 2 }), /has no option "limt" \(did you mean limit\?\)/)
       invalidNow('semaphore wiat', () => s.semaphore('opts-sem', { limit: 2, wiat: '1s' }), /did you mean wait\?/)
