@@ -7,6 +7,8 @@
 SHELL := /bin/bash
 export CARGO_TERM_COLOR := never
 export GOTOOLCHAIN := local
+# One build from scratch: incremental caches would only take disk (3 GB).
+export CARGO_INCREMENTAL ?= 0
 
 .PHONY: test test-rust clippy test-python test-node test-go test-chat test-packaging demo demo-cluster dist etcd-deps
 

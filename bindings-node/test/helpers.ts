@@ -283,9 +283,17 @@ function healthz(port: number): Promise<boolean> {
   })
 }
 
-/** A fresh empty directory. */
+const tempDirs: string[] = []
+// Removed when the test file's process exits (stores in them closed or not).
+process.on('exit', () => {
+  for (const d of tempDirs) rmSync(d, { recursive: true, force: true })
+})
+
+/** A fresh empty directory, removed when the process exits. */
 export function tempDir(): string {
-  return mkdtempSync(join(tmpdir(), 'tinystore-node-'))
+  const d = mkdtempSync(join(tmpdir(), 'tinystore-node-'))
+  tempDirs.push(d)
+  return d
 }
 
 /**
