@@ -56,6 +56,34 @@ fn chan_01_connected_order_from_both_sides_and_p2_pipelined_publishes() {
     assert_eq!(next_value(&mut it, 2000), Some(Ok(7)));
 }
 
+/// A thread in `runtime::block_on` holds its publishes back until its future
+/// yields or returns, so a burst leaves in one write: a publish whose answer
+/// is never awaited still leaves when the future waits on something else
+/// (a sleep), and when it returns.
+#[test]
+fn chan_01_connected_publishes_held_by_a_blocked_thread_leave_when_it_yields_or_returns() {
+    let (owner, client, _d) = owner_and_client();
+    let events = owner.channel::<u64>("held").open().unwrap();
+    let mut it = events.under(1).messages().unwrap();
+    let waiting = Arc::new(AtomicBool::new(true));
+    let w = waiting.clone();
+    let c = client.clone();
+    let sleeper = std::thread::spawn(move || {
+        runtime::block_on(async {
+            let _unawaited = c.publish_raw("held", &[Key::from(1)], b"1".to_vec().into_boxed_slice());
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        });
+        w.store(false, Ordering::Release);
+    });
+    assert_eq!(next_value(&mut it, 2000), Some(Ok(1)), "a publish held by a thread left only after its future ended");
+    assert!(waiting.load(Ordering::Acquire), "the future slept for 3 s, and its publish came before");
+    runtime::block_on(async {
+        drop(client.publish_raw("held", &[Key::from(1)], b"2".to_vec().into_boxed_slice()));
+    });
+    assert_eq!(next_value(&mut it, 2000), Some(Ok(2)), "a publish made in a future that returned never left");
+    sleeper.join().unwrap();
+}
+
 /// Many threads each blocked on its own publish over one connection (a Go
 /// program's goroutines): past a few in flight the client holds frames back
 /// for the reader of answers to send; a thread that read its own answer and

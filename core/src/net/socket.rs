@@ -192,6 +192,36 @@ pub(crate) fn split_tcp(s: tokio::net::TcpStream) -> (Box<dyn tokio::io::AsyncRe
     (Box::new(r), WriteHalf::Tcp(w))
 }
 
+/// Whether a frame may wait in a [`Sink`] before it is written.
+#[derive(Clone, Copy)]
+pub(crate) enum Hold<'a> {
+    /// Written now, after what waits ahead of it.
+    No,
+    /// Until an [`Sink::uncork`] soon (the client's reader uncorks at each
+    /// answer it reads): the count given is of the requests like this one
+    /// not yet answered, and when none of them has left (all wait here),
+    /// nothing would come back to uncork, so the frames are written now.
+    UntilAnswer(&'a std::sync::atomic::AtomicU64),
+    /// Until the sending thread's [`crate::runtime::block_on`] yields or
+    /// returns (the caller registered the sink with
+    /// [`crate::runtime::hold_until_blocked`], which flushes it then), or
+    /// until [`HELD_BATCH_FRAMES`] wait.
+    UntilBlocked,
+}
+
+/// The most frames [`Hold::UntilBlocked`] gathers before they leave: a
+/// window of 64 publishes then travels as two batches, so the owner takes
+/// the first while the thread writes the second (one batch of 64 left both
+/// sides idle in turn: docs/performance.md, 6 December, evening).
+const HELD_BATCH_FRAMES: u64 = 32;
+
+impl crate::runtime::FlushWhenBlocked for Sink {
+    fn flush_held(&self) {
+        let mut s = self.st.lock();
+        self.write_held(&mut s);
+    }
+}
+
 /// Where frames are written to a connection, from any thread, in the order
 /// `send` was called. A frame goes straight to the socket when nothing is
 /// queued ahead of it (no hand-off to another thread: that is most of a
@@ -211,7 +241,7 @@ struct SinkState {
     closed: bool,
     /// Frames gather in `buf` until [`Sink::uncork`] writes them at once.
     corked: bool,
-    /// Frames in `buf` put there by [`Sink::send_later`].
+    /// Frames held in `buf` ([`Hold`]) since the last write.
     held: u64,
 }
 
@@ -230,34 +260,42 @@ impl Sink {
 
     /// Sends one frame (or several, back to back); false once closed.
     pub(crate) fn send(&self, frame: &[u8]) -> bool {
-        self.send_entered(frame, None, || {}, || {})
+        self.send_entered(frame, Hold::No, || {}, || {})
     }
 
-    /// Sends as [`Sink::send`] does; or, when `unanswered` is given, queues
-    /// the frame without writing it, for an [`Sink::uncork`] soon (the
-    /// client's reader uncorks at each answer it reads): `unanswered` counts
-    /// the requests like this one not yet answered, and when none of them
-    /// has left (all wait here), nothing would come back to uncork, so the
-    /// frames are written now. False once closed. `enter` runs under the sink's lock before the
+    /// Sends as [`Sink::send`] does, or queues the frame as `hold` says
+    /// (see [`Hold`]). False once closed. `enter` runs under the sink's lock before the
     /// frame is written, only when the sink is open, and `leave` after it
     /// when the write failed: a [`Sink::close`] (which takes the same lock)
     /// comes either before `enter` or after the frame was taken, so a
     /// caller's entry for the answer never outlives a frame that did not go.
-    pub(crate) fn send_entered(&self, frame: &[u8], unanswered: Option<&std::sync::atomic::AtomicU64>, enter: impl FnOnce(), leave: impl FnOnce()) -> bool {
+    pub(crate) fn send_entered(&self, frame: &[u8], hold: Hold<'_>, enter: impl FnOnce(), leave: impl FnOnce()) -> bool {
         use std::sync::atomic::Ordering;
         let mut s = self.st.lock();
         if s.closed {
             return false;
         }
         enter();
-        if let Some(unanswered) = unanswered {
-            s.buf.extend_from_slice(frame);
-            s.held += 1;
-            self.queued.fetch_add(frame.len(), Ordering::AcqRel);
-            if unanswered.load(Ordering::Acquire) <= s.held {
-                self.write_held(&mut s);
+        match hold {
+            Hold::No => {}
+            Hold::UntilAnswer(unanswered) => {
+                s.buf.extend_from_slice(frame);
+                s.held += 1;
+                self.queued.fetch_add(frame.len(), Ordering::AcqRel);
+                if unanswered.load(Ordering::Acquire) <= s.held {
+                    self.write_held(&mut s);
+                }
+                return true;
             }
-            return true;
+            Hold::UntilBlocked => {
+                s.buf.extend_from_slice(frame);
+                s.held += 1;
+                self.queued.fetch_add(frame.len(), Ordering::AcqRel);
+                if s.held >= HELD_BATCH_FRAMES {
+                    self.write_held(&mut s);
+                }
+                return true;
+            }
         }
         let mut rest = frame;
         if !s.flushing && s.buf.is_empty() && !s.corked {

@@ -82,6 +82,7 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
         if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
             return v;
         }
+        flush_held_until_blocked();
         if let Some(reader) = READ_WHILE_BLOCKED.take()
             && !signal.woken.load(Ordering::Acquire)
         {
@@ -100,6 +101,7 @@ struct Restore(bool);
 
 impl Drop for Restore {
     fn drop(&mut self) {
+        flush_held_until_blocked();
         IN_BLOCK_ON.set(self.0);
         READ_WHILE_BLOCKED.take();
     }
@@ -129,7 +131,35 @@ pub(crate) trait ReadWhileBlocked: Send + Sync {
 
 thread_local! {
     static IN_BLOCK_ON: Cell<bool> = const { Cell::new(false) };
+    static HELD_UNTIL_BLOCKED: RefCell<Vec<Arc<dyn FlushWhenBlocked>>> = const { RefCell::new(Vec::new()) };
     static READ_WHILE_BLOCKED: RefCell<Option<Arc<dyn ReadWhileBlocked>>> = const { RefCell::new(None) };
+}
+
+/// Frames a thread wrote and holds until it blocks ([`hold_until_blocked`]).
+pub(crate) trait FlushWhenBlocked: Send + Sync {
+    /// Writes what this thread held back.
+    fn flush_held(&self);
+}
+
+/// True when this thread runs [`block_on`]: a frame it writes may wait
+/// until the future it runs yields or returns, and `what` is flushed then.
+/// Publishes made inside one poll leave in one write that way (a burst is
+/// one batch on the wire, not a lone frame and then the rest), and a lone
+/// publish leaves before its caller waits for the answer.
+pub(crate) fn hold_until_blocked<T: FlushWhenBlocked + 'static>(what: &Arc<T>) -> bool {
+    if !IN_BLOCK_ON.get() {
+        return false;
+    }
+    HELD_UNTIL_BLOCKED.with_borrow_mut(|held| {
+        if !held.iter().any(|h| std::ptr::addr_eq(Arc::as_ptr(h), Arc::as_ptr(what))) {
+            held.push(what.clone());
+        }
+    });
+    true
+}
+
+fn flush_held_until_blocked() {
+    HELD_UNTIL_BLOCKED.with_borrow_mut(|held| held.drain(..).for_each(|h| h.flush_held()));
 }
 
 /// Called by a future about to return `Pending` for an answer on `conn`:

@@ -23,7 +23,7 @@ use crate::base::key::Key;
 use crate::engine::locks::{Holder, Kind, Terms};
 use crate::engine::tickets::Held;
 use crate::runtime;
-use crate::net::socket::{self, Sink, WriteHalf};
+use crate::net::socket::{self, Hold, Sink, WriteHalf};
 mod lease;
 mod shared_read;
 mod subscription;
@@ -218,6 +218,10 @@ enum Place {
     /// Behind [`COALESCE_AFTER`] or more: held in the sink until the reader
     /// reads an answer.
     HeldBack,
+    /// Made by a thread in [`runtime::block_on`]: held in the sink until
+    /// that thread's future yields or returns, so what one poll publishes
+    /// leaves in one write; `alone` as for [`Place::Alone`] (the spin).
+    UntilBlocked { alone: bool },
 }
 
 /// The hook a client made by `open(dir)` calls when the owner went away
@@ -897,7 +901,7 @@ impl Client {
         }
         // A publish behind others in flight is not a call the spin weighs:
         // their answers come in batches, and it saves two clock reads.
-        let spin = answer.as_ref().is_some_and(Answer::awaited) && place == Place::Alone;
+        let spin = answer.as_ref().is_some_and(Answer::awaited) && matches!(place, Place::Alone | Place::UntilBlocked { alone: true });
         if let Some(shared) = conn.shared.as_ref().filter(|_| spin) {
             shared.expect.expect();
         }
@@ -911,9 +915,14 @@ impl Client {
         });
         let mut answer = answer;
         let mut unsent = None;
+        let hold = match place {
+            Place::HeldBack => Hold::UntilAnswer(&conn.publishing),
+            Place::UntilBlocked { .. } => Hold::UntilBlocked,
+            Place::Alone | Place::Behind => Hold::No,
+        };
         let sent = conn.sink.send_entered(
             frame,
-            (place == Place::HeldBack).then_some(&conn.publishing),
+            hold,
             || {
                 if let Some(a) = answer.take() {
                     conn.pending.lock().insert(id, Awaited { answer: a, fails_at: limit, spin });
@@ -1057,6 +1066,7 @@ impl Client {
             // it go: a language's busy event loop would hold it for as long.
             let before = conn.publishing.fetch_add(1, Ordering::AcqRel);
             let place = match before {
+                _ if conn.holds_back() && runtime::hold_until_blocked(&conn.sink) => Place::UntilBlocked { alone: before == 0 },
                 0 => Place::Alone,
                 n if n >= COALESCE_AFTER && conn.holds_back() => Place::HeldBack,
                 _ => Place::Behind,

@@ -411,10 +411,17 @@ impl Server {
             if !reader.has_frame() {
                 batch_start = true;
                 out.hints.read_brought(batch_frames, &mut pipelining);
-                // Deliveries first: a client that publishes and subscribes on
-                // this connection gets its answers and messages in one read.
-                runtime::run_woken(&mut c.woken);
-                out.sink.uncork();
+                if c.subs.is_empty() {
+                    // Answers first: the client sends its next publishes
+                    // while this thread forwards these to other connections.
+                    out.sink.uncork();
+                    runtime::run_woken(&mut c.woken);
+                } else {
+                    // Deliveries first: a client that publishes and subscribes on
+                    // this connection gets its answers and messages in one read.
+                    runtime::run_woken(&mut c.woken);
+                    out.sink.uncork();
+                }
             }
         }
         out.close();
