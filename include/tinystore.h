@@ -44,6 +44,21 @@
 #define TS_BLOB 5
 
 /**
+ * Set in the `token` given to [`ts_publish_start`] by a caller that runs
+ * the token's function from before the call: a publish that succeeds is
+ * then pushed as the token with [`TS_TOKEN_PUBLISHED`] set, and has no
+ * outcome to take (no [`ts_publish_outcome`] call). Token numbers stay
+ * below this bit.
+ */
+#define TS_TOKEN_REGISTERED 4611686018427387904
+
+/**
+ * Set in a token pushed on the completion queue for a publish started
+ * with [`TS_TOKEN_REGISTERED`]: it succeeded.
+ */
+#define TS_TOKEN_PUBLISHED 9223372036854775808ull
+
+/**
  * A message.
  */
 #define TS_EVENT_MESSAGE 0
@@ -452,7 +467,10 @@ int32_t ts_publish(const struct TsStore *s,
  * `channel`, without waiting for the owner's answer: [`TS_OK`](crate::error::TS_OK) or
  * [`TS_ERR`](crate::error::TS_ERR) when the publish ended within the call (always in the owning
  * process), else [`TS_PENDING`], and `token` is pushed on the completion
- * queue once the outcome can be taken with [`ts_publish_outcome`]. So a
+ * queue once the outcome can be taken with [`ts_publish_outcome`] (with
+ * [`TS_TOKEN_REGISTERED`] set in `token`: a success is pushed as
+ * `token | TS_TOKEN_PUBLISHED` instead, with nothing to take; a failure as
+ * the token, its outcome to take). So a
  * program's many goroutines publishing at once wait in Go, not each in a
  * thread of its own woken per answer (a lone publish is faster with
  * [`ts_publish`], whose thread reads its own answer). Errors: `invalid` (name, key),

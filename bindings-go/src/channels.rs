@@ -64,11 +64,24 @@ pub unsafe extern "C" fn ts_publish(
 /// until [`ts_publish_outcome`] takes them.
 static OUTCOMES: LazyLock<Mutex<HashMap<u64, tinystore::Result<()>>>> = LazyLock::new(Default::default);
 
+/// Set in the `token` given to [`ts_publish_start`] by a caller that runs
+/// the token's function from before the call: a publish that succeeds is
+/// then pushed as the token with [`TS_TOKEN_PUBLISHED`] set, and has no
+/// outcome to take (no [`ts_publish_outcome`] call). Token numbers stay
+/// below this bit.
+pub const TS_TOKEN_REGISTERED: u64 = 0x4000_0000_0000_0000;
+/// Set in a token pushed on the completion queue for a publish started
+/// with [`TS_TOKEN_REGISTERED`]: it succeeded.
+pub const TS_TOKEN_PUBLISHED: u64 = 0x8000_0000_0000_0000;
+
 /// Publishes `data` (the JSON of a value) to the branch `keys` of
 /// `channel`, without waiting for the owner's answer: [`TS_OK`](crate::error::TS_OK) or
 /// [`TS_ERR`](crate::error::TS_ERR) when the publish ended within the call (always in the owning
 /// process), else [`TS_PENDING`], and `token` is pushed on the completion
-/// queue once the outcome can be taken with [`ts_publish_outcome`]. So a
+/// queue once the outcome can be taken with [`ts_publish_outcome`] (with
+/// [`TS_TOKEN_REGISTERED`] set in `token`: a success is pushed as
+/// `token | TS_TOKEN_PUBLISHED` instead, with nothing to take; a failure as
+/// the token, its outcome to take). So a
 /// program's many goroutines publishing at once wait in Go, not each in a
 /// thread of its own woken per answer (a lone publish is faster with
 /// [`ts_publish`], whose thread reads its own answer). Errors: `invalid` (name, key),
@@ -102,8 +115,15 @@ pub unsafe extern "C" fn ts_publish_start(
         let channel = unsafe { text(channel, channel_len) }?;
         let keys = unsafe { Values::new(keys, nkeys, buf, buf_len) }.keys()?;
         let data = unsafe { bytes(data, data_len) };
+        let registered = token & TS_TOKEN_REGISTERED != 0;
+        let token = token & !TS_TOKEN_REGISTERED;
         // Run on the thread that reads the answer; must not block.
         let done = move |r: tinystore::Result<()>| {
+            if registered && r.is_ok() {
+                // The caller's function is there already: no outcome to keep.
+                completions::push(token | TS_TOKEN_PUBLISHED);
+                return;
+            }
             OUTCOMES.lock().unwrap_or_else(|e| e.into_inner()).insert(token, r);
             completions::push(token);
         };

@@ -203,6 +203,54 @@ func TestChan01SixtyFourGoroutinesPublishingOverOneConnectionAreAllAnsweredAndDe
 	}
 }
 
+// CHAN-04, STORE-02: 64 goroutines publishing at once over one connection
+// when its owner is killed: each publish in flight then ends with an error
+// (the connection's answers never come) or was taken, and none waits past
+// the request timeout, whether its outcome comes as a success or as an
+// error to take.
+func TestChan04PublishesInFlightWhenTheOwnerIsKilledEachEndWithinTheRequestTimeout(t *testing.T) {
+	dir := testkit.Dir(t)
+	owner := testkit.StartOwner(t, dir)
+	publisher, err := tinystore.Connect(bg, "unix:"+filepath.Join(dir, "tinystore.sock"), tinystore.RequestTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer publisher.Close()
+	events := open[event](t, publisher, "burst")
+	var published atomic.Int64
+	var wg sync.WaitGroup
+	failed := make(chan error, 64)
+	for w := range 64 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				if err := events.Under("b").Publish(bg, event{N: i, W: w}); err != nil {
+					failed <- err
+					return
+				}
+				published.Add(1)
+			}
+		})
+	}
+	for published.Load() < 5000 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	owner.Signal(t, syscall.SIGKILL)
+	killed := time.Now()
+	ended := make(chan struct{})
+	go func() { wg.Wait(); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("publishes in flight when the owner was killed had not ended %v later (request timeout 2 s)", time.Since(killed))
+	}
+	close(failed)
+	for err := range failed {
+		if !errors.Is(err, tinystore.ErrUnavailable) && !errors.Is(err, tinystore.ErrTimeout) {
+			t.Fatalf("a publish cut off by the owner's death: %v, want unavailable or timeout", err)
+		}
+	}
+}
+
 // A publish waiting on an owner that does not answer (frozen) ends with its
 // ctx, at once; once the owner goes on, the store serves the next publish.
 func TestStore02APublishToAFrozenOwnerEndsWithItsContextAndTheStoreGoesOn(t *testing.T) {

@@ -45,22 +45,23 @@ func (s *Store) Publish(ctx context.Context, channel string, keys []any, data []
 		runtime.KeepAlive(s)
 		return result(ctx, rc, e)
 	}
+	// A publish of a connected store goes pending: its token's function is
+	// registered before the call, so a success comes as the token with
+	// TS_TOKEN_PUBLISHED set, with no outcome to take (one cgo call a
+	// publish instead of three). An owned store's ends within the call, so
+	// its function is registered only once it went pending, and then its
+	// outcome is taken (the push may have come before the registration).
+	// Which one this store is, the last publish tells. A publish whose ctx
+	// ended meanwhile has its outcome taken all the same, and dropped.
+	registered := s.pendingLast.Load()
 	token := newToken()
-	rc := C.ts_publish_start(s.p, cp, cn, vp, vn, bp, bn, dp, dn, C.uint64_t(token), &e)
-	runtime.KeepAlive(s)
-	if rc != C.TS_PENDING {
-		// Ended within the call: what it read for this process's
-		// subscriptions waits for takeNow (when pending, the library
-		// signalled it to the drain goroutine).
-		takeNow()
-		return result(ctx, rc, e)
-	}
-	done := make(chan error, 1)
-	// Whoever takes the outcome first (the drain goroutine on the token's
-	// push, or this one right after registering) sends it; the other finds
-	// none. A publish whose ctx ended meanwhile has its outcome taken all
-	// the same, and dropped.
-	take := func() {
+	var done chan error
+	take := func(published bool) {
+		if published {
+			Unregister(token)
+			done <- nil
+			return
+		}
 		var e *C.TsError
 		rc := C.ts_publish_outcome(C.uint64_t(token), &e)
 		if rc == C.TS_PENDING {
@@ -69,8 +70,31 @@ func (s *Store) Publish(ctx context.Context, channel string, keys []any, data []
 		Unregister(token)
 		done <- result(ctx, rc, e)
 	}
-	registerAt(token, take)
-	take()
+	passed := token
+	if registered {
+		done = make(chan error, 1)
+		registerAt(token, take)
+		passed |= C.TS_TOKEN_REGISTERED
+	}
+	rc := C.ts_publish_start(s.p, cp, cn, vp, vn, bp, bn, dp, dn, C.uint64_t(passed), &e)
+	runtime.KeepAlive(s)
+	if rc != C.TS_PENDING {
+		if registered {
+			Unregister(token)
+			s.pendingLast.Store(false)
+		}
+		// Ended within the call: what it read for this process's
+		// subscriptions waits for takeNow (when pending, the library
+		// signalled it to the drain goroutine).
+		takeNow()
+		return result(ctx, rc, e)
+	}
+	if !registered {
+		s.pendingLast.Store(true)
+		done = make(chan error, 1)
+		registerAt(token, take)
+		take(false)
+	}
 	select {
 	case err := <-done:
 		return err

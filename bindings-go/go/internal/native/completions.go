@@ -18,14 +18,14 @@ import (
 var completions struct {
 	once  sync.Once
 	next  atomic.Uint64
-	funcs sync.Map // uint64 -> func()
+	funcs sync.Map // uint64 -> func(published bool)
 }
 
 // Register gives a fresh token that runs f each time the library pushes it,
 // until Unregister.
 func Register(f func()) uint64 {
 	t := newToken()
-	registerAt(t, f)
+	registerAt(t, func(bool) { f() })
 	return t
 }
 
@@ -33,8 +33,10 @@ func Register(f func()) uint64 {
 // function is registered (registerAt): that push is ignored.
 func newToken() uint64 { return completions.next.Add(1) }
 
-// registerAt runs f each time the library pushes t, until Unregister.
-func registerAt(t uint64, f func()) {
+// registerAt runs f each time the library pushes t, until Unregister;
+// published is true when the push was of a publish that succeeded
+// (t|TS_TOKEN_PUBLISHED, for a publish started with TS_TOKEN_REGISTERED).
+func registerAt(t uint64, f func(published bool)) {
 	completions.once.Do(func() { go drain() })
 	completions.funcs.Store(t, f)
 }
@@ -45,8 +47,9 @@ func Unregister(t uint64) { completions.funcs.Delete(t) }
 // run runs the functions of the tokens in buf.
 func run(buf []C.uint64_t) {
 	for _, t := range buf {
-		if f, ok := completions.funcs.Load(uint64(t)); ok {
-			f.(func())()
+		published := uint64(t)&C.TS_TOKEN_PUBLISHED != 0
+		if f, ok := completions.funcs.Load(uint64(t) &^ C.TS_TOKEN_PUBLISHED); ok {
+			f.(func(bool))(published)
 		}
 	}
 }

@@ -20,6 +20,9 @@ type Store struct {
 	p *C.TsStore
 	// Publishes of this store under way, to choose how the next one waits.
 	publishing atomic.Int64
+	// The last publish started without waiting went pending (a connected
+	// store's do): the next one registers its token before the call.
+	pendingLast atomic.Bool
 }
 
 func newStore(p *C.TsStore) *Store {
