@@ -84,6 +84,33 @@ fn chan_01_connected_publishes_held_by_a_blocked_thread_leave_when_it_yields_or_
     sleeper.join().unwrap();
 }
 
+/// A frozen owner (it accepts, never answers) fails a connect within the
+/// request timeout set for it, saying what may be wrong and what to do;
+/// the hello's wait was 5 s whatever the setting.
+#[test]
+fn store_02_connect_to_an_owner_that_never_answers_fails_within_the_request_timeout() {
+    let d = tempfile::tempdir().unwrap();
+    let sock = d.path().join("tinystore.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let held = std::thread::spawn(move || {
+        let mut conns = Vec::new();
+        while let Ok((c, _)) = listener.accept() {
+            conns.push(c);
+            if conns.len() >= 8 {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_secs(3));
+    });
+    let start = Instant::now();
+    let opts = tinystore::ConnectOptions::default().request_timeout(Duration::from_secs(1));
+    let e = Store::connect_with(&format!("unix:{}", sock.display()), opts).err().expect("an owner that never answers");
+    let took = start.elapsed();
+    assert!(took < Duration::from_millis(2500), "connect took {took:?} with a request timeout of 1 s");
+    assert!(e.message().contains("did not answer hello within 1s") && e.message().contains("frozen"), "{}", e.message());
+    drop(held);
+}
+
 /// Many threads each blocked on its own publish over one connection (a Go
 /// program's goroutines): past a few in flight the client holds frames back
 /// for the reader of answers to send; a thread that read its own answer and

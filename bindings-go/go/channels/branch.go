@@ -53,7 +53,10 @@ func encode[T any](v T) ([]byte, error) {
 // cannot carry, [tinystore.ErrClosed] once the store was closed,
 // [tinystore.ErrUnavailable] when the store stayed out of reach past the
 // request timeout (nothing published) or the connection was cut before the
-// owner answered (the message may have been delivered), ctx.Err().
+// owner answered (the message may have been delivered),
+// [tinystore.ErrTimeout] when the owner did not answer within the request
+// timeout (frozen or overloaded: the message may still be delivered),
+// ctx.Err().
 func (b *Branch[T]) Publish(ctx context.Context, v T) error {
 	if b.err != nil {
 		return b.err

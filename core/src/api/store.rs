@@ -287,7 +287,7 @@ impl Store {
             match Store::open_owned(dir, &opts) {
                 Err(e) if e.kind() == ErrorKind::Owned && !opts.exclusive => {
                     let sock = socket_path(&absolute(dir)?);
-                    match Client::connect(Address::Unix(sock), None, None, Some(takeover(dir)), Duration::from_millis(100)) {
+                    match Client::connect(Address::Unix(sock), None, None, Some(takeover(dir)), Duration::from_millis(100), None) {
                         Ok(client) => return Ok(Store::connected(client)),
                         // The owner is starting, or just went away: try both again.
                         Err(c) if Instant::now() >= deadline => {
@@ -384,10 +384,7 @@ impl Store {
             }
             _ => None,
         };
-        let client = Client::connect(addr, token, tls, None, Duration::from_millis(500))?;
-        if let Some(t) = opts.request_timeout {
-            client.set_request_timeout(t);
-        }
+        let client = Client::connect(addr, token, tls, None, Duration::from_millis(500), opts.request_timeout)?;
         Ok(Store::connected(client))
     }
 

@@ -297,6 +297,7 @@ impl Client {
         tls: Option<crate::net::tls::ClientTls>,
         takeover: Option<Takeover>,
         patience: Duration,
+        request_timeout: Option<Duration>,
     ) -> Result<Arc<Client>> {
         let mut sid = [0u8; 16];
         getrandom::fill(&mut sid).map_err(|e| Error::internal(format!("no randomness for a session id: {e}")))?;
@@ -315,7 +316,7 @@ impl Client {
             closed: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             waiting: AtomicU64::new(0),
-            request_timeout_ms: AtomicU64::new(crate::base::limits::REQUEST_TIMEOUT.as_millis() as u64),
+            request_timeout_ms: AtomicU64::new(request_timeout.unwrap_or(crate::base::limits::REQUEST_TIMEOUT).as_millis().max(1) as u64),
             owned: Mutex::new(None),
             offline: Mutex::new(Offline::default()),
         });
@@ -340,10 +341,6 @@ impl Client {
 
     fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms.load(Ordering::Relaxed))
-    }
-
-    pub(crate) fn set_request_timeout(&self, t: Duration) {
-        self.request_timeout_ms.store(t.as_millis().max(1) as u64, Ordering::Relaxed);
     }
 
     /// Fails the requests left unanswered past their time.
@@ -433,9 +430,20 @@ impl Client {
                 (Source::Shared(_), None) => Ok(None),
             }
         };
-        let answer = tokio::time::timeout(Duration::from_secs(5), first)
+        // A hello is a request: it waits no longer than one, and at most 5 s.
+        let wait = self.request_timeout().min(Duration::from_secs(5));
+        let answer = tokio::time::timeout(wait, first)
             .await
-            .map_err(|_| Error::new(ErrorKind::Io, "the store did not answer hello within 5s"))??
+            .map_err(|_| {
+                Error::new(
+                    ErrorKind::Io,
+                    format!(
+                        "the store at {} did not answer hello within {}: its owning process may be frozen or overloaded; check that it runs (`tinystore status`), or stop it so that another process can own the store",
+                        self.address,
+                        crate::base::limits::format_duration(wait)
+                    ),
+                )
+            })??
             .ok_or_else(|| Error::new(ErrorKind::Io, "the store closed the connection during hello"))?;
         let r: Reply = serde_json::from_slice(&answer).map_err(|e| Error::new(ErrorKind::Protocol, format!("a bad hello answer: {e}")))?;
         if let Some(e) = r.err {
