@@ -439,3 +439,20 @@ fn chan_01_the_cli_publishes_a_negative_number() {
         assert!(matches!(it.next_timeout(Duration::from_secs(5)).unwrap(), Some(Delivery::Message(m)) if m.value == want));
     }
 }
+
+/// STORE-01: `open` of a store whose owner is frozen (SIGSTOP) fails within
+/// its 5 s, saying which process owns it, that it did not serve this one,
+/// and what to do, not "connect to it" (which `open` just tried).
+#[test]
+fn store_01_open_of_a_store_whose_owner_is_frozen_says_it_did_not_serve_and_what_to_do() {
+    let d = tempfile::tempdir().unwrap();
+    let server = Server::start(d.path());
+    signal(server.pid(), libc::SIGSTOP);
+    let start = std::time::Instant::now();
+    let e = Store::open(d.path()).err().expect("an owner that never answers");
+    signal(server.pid(), libc::SIGCONT);
+    assert!(start.elapsed() < std::time::Duration::from_secs(12), "open took {:?}", start.elapsed());
+    let m = e.message();
+    assert!(m.contains(&format!("pid {}", server.pid())) && m.contains("did not serve this process") && m.contains("stop it"), "{m}");
+    assert!(!m.contains("connect to it"), "{m}");
+}

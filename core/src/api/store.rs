@@ -291,7 +291,12 @@ impl Store {
                         Ok(client) => return Ok(Store::connected(client)),
                         // The owner is starting, or just went away: try both again.
                         Err(c) if Instant::now() >= deadline => {
-                            return Err(Error::new(ErrorKind::Owned, format!("{}; and connecting to it failed: {}", e.message(), c.message())));
+                            // Connecting was tried: the advice is about that process.
+                            let owner = e.message().strip_suffix(": connect to it, or stop that process first").unwrap_or(e.message());
+                            return Err(Error::new(
+                                ErrorKind::Owned,
+                                format!("{owner}, which did not serve this process within 5 s: {}; if it is stuck, stop it, and this open will own the store", c.message()),
+                            ));
                         }
                         Err(_) => std::thread::sleep(Duration::from_millis(20)),
                     }
