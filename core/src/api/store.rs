@@ -18,7 +18,7 @@ use crate::engine::channels::{Resume, Scope};
 use crate::engine::{Engine, StoreStatus};
 use crate::net::client::{Client, TakenOver, Takeover};
 use crate::net::etcd::{Etcd, EtcdAddress, EtcdOptions};
-use crate::net::files::{SOCKET_PATH_MAX, absolute, next_epoch, socket_path, take_dir_lock};
+use crate::net::files::{OWNED_ADVICE, SOCKET_PATH_MAX, absolute, next_epoch, socket_path, take_dir_lock};
 use crate::net::wire::Address;
 use crate::runtime;
 
@@ -292,7 +292,7 @@ impl Store {
                         // The owner is starting, or just went away: try both again.
                         Err(c) if Instant::now() >= deadline => {
                             // Connecting was tried: the advice is about that process.
-                            let owner = e.message().strip_suffix(": connect to it, or stop that process first").unwrap_or(e.message());
+                            let owner = e.message().strip_suffix(OWNED_ADVICE).unwrap_or(e.message());
                             return Err(Error::new(
                                 ErrorKind::Owned,
                                 format!("{owner}, which did not serve this process within 5 s: {}; if it is stuck, stop it, and this open will own the store", c.message()),

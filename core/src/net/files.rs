@@ -41,6 +41,10 @@ static LOCKED_HERE: parking_lot::Mutex<Vec<PathBuf>> = parking_lot::Mutex::new(V
 /// taken for that moment.
 const SHARED_WITH_A_CHILD_FOR: Duration = Duration::from_secs(1);
 
+/// What ends the `owned` error of [`take_dir_lock`]; an `open` that then
+/// failed to connect says something else ([`crate::Store::open`]).
+pub(crate) const OWNED_ADVICE: &str = ": connect to it, or stop that process first";
+
 pub(crate) fn take_dir_lock(dir: &Path) -> Result<DirLock> {
     let dir = absolute(dir)?;
     let path = dir.join("owner.lock");
@@ -66,7 +70,7 @@ pub(crate) fn take_dir_lock(dir: &Path) -> Result<DirLock> {
                 return Err(Error::new(
                     ErrorKind::Owned,
                     format!(
-                        "the store {} is owned by another process (pid {pid}): connect to it, or stop that process first",
+                        "the store {} is owned by another process (pid {pid}){OWNED_ADVICE}",
                         dir.display()
                     ),
                 ));

@@ -276,26 +276,18 @@ impl Sink {
             return false;
         }
         enter();
-        match hold {
-            Hold::No => {}
-            Hold::UntilAnswer(unanswered) => {
-                s.buf.extend_from_slice(frame);
-                s.held += 1;
-                self.queued.fetch_add(frame.len(), Ordering::AcqRel);
-                if unanswered.load(Ordering::Acquire) <= s.held {
-                    self.write_held(&mut s);
-                }
-                return true;
+        if !matches!(hold, Hold::No) {
+            s.buf.extend_from_slice(frame);
+            s.held += 1;
+            self.queued.fetch_add(frame.len(), Ordering::AcqRel);
+            let leaves_now = match hold {
+                Hold::UntilAnswer(unanswered) => unanswered.load(Ordering::Acquire) <= s.held,
+                _ => s.held >= HELD_BATCH_FRAMES,
+            };
+            if leaves_now {
+                self.write_held(&mut s);
             }
-            Hold::UntilBlocked => {
-                s.buf.extend_from_slice(frame);
-                s.held += 1;
-                self.queued.fetch_add(frame.len(), Ordering::AcqRel);
-                if s.held >= HELD_BATCH_FRAMES {
-                    self.write_held(&mut s);
-                }
-                return true;
-            }
+            return true;
         }
         let mut rest = frame;
         if !s.flushing && s.buf.is_empty() && !s.corked {

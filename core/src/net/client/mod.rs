@@ -281,8 +281,8 @@ pub(crate) struct Client {
     closing: AtomicBool,
     /// Holds waiting in line now: while any, the connection pings.
     waiting: AtomicU64,
-    /// [`crate::base::limits::REQUEST_TIMEOUT`] unless set, in milliseconds.
-    request_timeout_ms: AtomicU64,
+    /// [`crate::base::limits::REQUEST_TIMEOUT`] unless set at connect.
+    request_timeout: Duration,
     /// The store this process came to own by taking over, if it did.
     owned: Mutex<Option<Box<dyn TakenOver>>>,
     /// Publishes waiting for the connection; taken with it (see [`Offline`]).
@@ -316,7 +316,7 @@ impl Client {
             closed: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             waiting: AtomicU64::new(0),
-            request_timeout_ms: AtomicU64::new(request_timeout.unwrap_or(crate::base::limits::REQUEST_TIMEOUT).as_millis().max(1) as u64),
+            request_timeout: request_timeout.unwrap_or(crate::base::limits::REQUEST_TIMEOUT).max(Duration::from_millis(1)),
             owned: Mutex::new(None),
             offline: Mutex::new(Offline::default()),
         });
@@ -340,7 +340,7 @@ impl Client {
     }
 
     fn request_timeout(&self) -> Duration {
-        Duration::from_millis(self.request_timeout_ms.load(Ordering::Relaxed))
+        self.request_timeout
     }
 
     /// Fails the requests left unanswered past their time.
