@@ -74,6 +74,8 @@ thread_local! {
     /// A publish's frame is written here, kept between a thread's publishes
     /// (an allocation less a message in a burst).
     static FRAME_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+    /// The JSON of the channel and branch this thread last published to.
+    static PUBLISH_TARGET: std::cell::RefCell<wire::PublishTarget> = std::cell::RefCell::default();
 }
 
 /// The largest frame buffer kept for the next publish: a 1 MiB message's
@@ -1069,7 +1071,7 @@ impl Client {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             // Written into this thread's buffer, kept between publishes.
             let mut frame = FRAME_BUFFER.take();
-            wire::publish_frame_into(&mut frame, id, channel, branch, raw);
+            PUBLISH_TARGET.with_borrow_mut(|target| wire::publish_frame_into(&mut frame, id, channel, branch, raw, target));
             // Held back only where an engine thread reads the answers that let
             // it go: a language's busy event loop would hold it for as long.
             let before = conn.publishing.fetch_add(1, Ordering::AcqRel);
