@@ -58,8 +58,7 @@ func (s *Store) Publish(ctx context.Context, channel string, keys []any, data []
 	var done chan error
 	take := func(published bool) {
 		if published {
-			Unregister(token)
-			done <- nil
+			done <- nil // run unregistered token
 			return
 		}
 		var e *C.TsError

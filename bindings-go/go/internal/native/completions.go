@@ -15,10 +15,15 @@ import (
 // library pushes them. One goroutine waits in ts_completions_wait for the whole
 // process, however many subscriptions and leases there are; the functions
 // it runs must not block (they signal a channel or cancel a context).
+// A plain map under a mutex, not a sync.Map: a pipelined publish registers
+// and forgets a token each, and a sync.Map boxes each key and grows a trie
+// node for it; run looks up a whole batch under one lock
+// (docs/performance-go.md).
 var completions struct {
 	once  sync.Once
 	next  atomic.Uint64
-	funcs sync.Map // uint64 -> func(published bool)
+	mu    sync.Mutex
+	funcs map[uint64]func(published bool)
 }
 
 // Register gives a fresh token that runs f each time the library pushes it,
@@ -35,22 +40,52 @@ func newToken() uint64 { return completions.next.Add(1) }
 
 // registerAt runs f each time the library pushes t, until Unregister;
 // published is true when the push was of a publish that succeeded
-// (t|TS_TOKEN_PUBLISHED, for a publish started with TS_TOKEN_REGISTERED).
+// (t|TS_TOKEN_PUBLISHED, for a publish started with TS_TOKEN_REGISTERED),
+// which also unregisters t: a publish ends once.
 func registerAt(t uint64, f func(published bool)) {
 	completions.once.Do(func() { go drain() })
-	completions.funcs.Store(t, f)
+	completions.mu.Lock()
+	if completions.funcs == nil {
+		completions.funcs = make(map[uint64]func(bool))
+	}
+	completions.funcs[t] = f
+	completions.mu.Unlock()
 }
 
 // Unregister forgets token t; a late push of it is ignored.
-func Unregister(t uint64) { completions.funcs.Delete(t) }
+func Unregister(t uint64) {
+	completions.mu.Lock()
+	delete(completions.funcs, t)
+	completions.mu.Unlock()
+}
 
-// run runs the functions of the tokens in buf.
+// run runs the functions of the tokens in buf, looked up under one lock
+// a batch of 256 and run outside it.
 func run(buf []C.uint64_t) {
+	for len(buf) > 256 {
+		run(buf[:256])
+		buf = buf[256:]
+	}
+	var found [256]struct {
+		f         func(bool)
+		published bool
+	}
+	n := 0
+	completions.mu.Lock()
 	for _, t := range buf {
 		published := uint64(t)&C.TS_TOKEN_PUBLISHED != 0
-		if f, ok := completions.funcs.Load(uint64(t) &^ C.TS_TOKEN_PUBLISHED); ok {
-			f.(func(bool))(published)
+		token := uint64(t) &^ C.TS_TOKEN_PUBLISHED
+		if f, ok := completions.funcs[token]; ok {
+			if published {
+				delete(completions.funcs, token)
+			}
+			found[n].f, found[n].published = f, published
+			n++
 		}
+	}
+	completions.mu.Unlock()
+	for _, r := range found[:n] {
+		r.f(r.published)
 	}
 }
 
