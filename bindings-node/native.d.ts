@@ -136,12 +136,12 @@ export declare class NativeSubscription {
    * Up to `max` events that are ready now, without waiting; empty when
    * none are (see `ended`).
    */
-  take(max: number): Array<NativeEvent>
+  take(max: number): NativeBatch
   /**
    * Waits for at least one event and gives up to `max`; empty once the
    * subscription is stopped or its store closed.
    */
-  next(max: number): Promise<Array<NativeEvent>>
+  next(max: number): Promise<NativeBatch>
   /** True once stopped, or once the store closed and everything was read. */
   get ended(): boolean
   /** Stops the subscription: a pending `next` resolves empty. Idempotent. */
@@ -208,6 +208,31 @@ export type JsSqlParam = null | undefined | boolean | number | bigint | string |
 export type JsSqlValue = null | number | bigint | string | Buffer
 
 /**
+ * A batch of events as it crosses to JavaScript: the messages' JSON as one
+ * array, parsed with one `JSON.parse` (a string and an object a message
+ * crossed one by one cost more than the parse: docs/performance.md), and
+ * word of missed messages placed between them.
+ */
+export interface NativeBatch {
+  /**
+   * The messages' JSON values, in order, as one JSON array (`[]` when
+   * the batch has only missed ones).
+   */
+  json: string
+  /** Each message's sequence number in its branch. */
+  seqs: Array<number>
+  /** Each message's branch, as its index in `branches`. */
+  branchOf: Array<number>
+  /** The batch's distinct branches, each as its keys as text. */
+  branches: Array<Array<string>>
+  /**
+   * Word of missed messages, in order, each told before the message at
+   * its `before` index (`seqs.length`: after the last).
+   */
+  missed: Array<NativeMissed>
+}
+
+/**
  * What `connect` takes instead of the environment; each unset one keeps
  * the engine's default.
  */
@@ -248,22 +273,13 @@ export interface NativeDone {
   lastInsertRowid: number | bigint
 }
 
-/**
- * A message, or word of missed ones, as it crosses to JavaScript.
- *
- * A message has `json`, `branch` and `seq`; a miss has `reason`
- * (`behind` or `reconnect`) and `count` (absent where unknown).
- */
-export interface NativeEvent {
-  /** The message's JSON text. */
-  json?: string
-  /** The message's branch: its keys as text. */
-  branch?: Array<string>
-  /** The message's sequence number in its branch. */
-  seq?: number
-  /** Why messages were missed: `behind` or `reconnect`. */
-  reason?: string
-  /** How many messages were missed, where known. */
+/** Messages a subscription missed. */
+export interface NativeMissed {
+  /** Told before the batch's message at this index. */
+  before: number
+  /** Why: `behind` or `reconnect`. */
+  reason: string
+  /** How many, where known. */
   count?: number
 }
 

@@ -13,7 +13,8 @@ process.on('exit', () => native.flushPublishesBeforeExit())
 
 export type NativeStore = Native.NativeStore
 export type NativeSubscription = Native.NativeSubscription
-export type NativeEvent = Native.NativeEvent
+export type NativeBatch = Native.NativeBatch
+export type NativeMissed = Native.NativeMissed
 export type NativeLock = Native.NativeLock
 export type NativeLease = Native.NativeLease
 export type NativeDatabase = Native.NativeDatabase

@@ -2,7 +2,7 @@ import { setImmediate as yieldToLoop } from 'node:timers/promises'
 
 import { settle } from './errors'
 import type { Message, Missed } from './message'
-import type { NativeEvent, NativeSubscription } from './native'
+import type { NativeBatch, NativeMissed, NativeSubscription } from './native'
 
 /** How many events cross from the engine at once. */
 const BATCH = 256
@@ -58,11 +58,12 @@ export class Subscription {
         if (this.#stopped) return
         try {
           let r: unknown
-          if (e.reason !== undefined) {
-            missed = toMissed(e)
+          if (isMissed(e)) {
+            missed = e
             r = options.onMissed?.(missed)
           } else {
-            r = handler(toMessage(e, missed))
+            if (missed) e.missed = missed
+            r = handler(e)
             missed = undefined
           }
           if (isThenable(r)) await r
@@ -109,8 +110,8 @@ export class Subscription {
 export class MessageIterator<T> implements AsyncIterableIterator<Message<T>> {
   #open: () => Promise<NativeSubscription>
   #native?: Promise<NativeSubscription>
-  #read?: () => Promise<NativeEvent[]>
-  #queue: NativeEvent[] = []
+  #read?: () => Promise<Event[]>
+  #queue: Event[] = []
   #onMissed?: (missed: Missed) => unknown
   #closed = false
 
@@ -139,8 +140,11 @@ export class MessageIterator<T> implements AsyncIterableIterator<Message<T>> {
       if (this.#queue.length === 0) this.#queue = await this.#read!()
       const e = this.#queue.shift()
       if (e === undefined) return { done: true, value: undefined }
-      if (e.reason === undefined) return { done: false, value: toMessage<T>(e, missed) }
-      missed = toMissed(e)
+      if (!isMissed(e)) {
+        if (missed) e.missed = missed
+        return { done: false, value: e as Message<T> }
+      }
+      missed = e
       const told = this.#onMissed?.(missed)
       if (isThenable(told)) await told
     }
@@ -159,32 +163,43 @@ export class MessageIterator<T> implements AsyncIterableIterator<Message<T>> {
   }
 }
 
+/** A message, built here from its batch, or word of missed ones. */
+type Event = { value: unknown; branch: string[]; seq: number; missed?: Missed } | Missed
+
+function isMissed(e: Event): e is Missed {
+  return (e as Missed).reason !== undefined
+}
+
 /**
  * Reads a native subscription a batch per crossing: what is ready now, else
  * waits for the next; an empty batch once it ended.
  */
-function reader(native: NativeSubscription): () => Promise<NativeEvent[]> {
+function reader(native: NativeSubscription): () => Promise<Event[]> {
   let ready = 0
   return async () => {
     const batch = native.take(BATCH)
-    if (batch.length === 0) return settle(native.next(BATCH))
+    if (batch.seqs.length === 0 && batch.missed.length === 0) return events(await settle(native.next(BATCH)))
     // Events keep coming without a wait: let the event loop breathe now and then.
     if (++ready % 8 === 0) await yieldToLoop()
-    return batch
+    return events(batch)
   }
 }
 
-function toMessage<T>(e: NativeEvent, missed: Missed | undefined): Message<T> {
-  const m: { value: T; branch: string[]; seq: number; missed?: Missed } = {
-    value: JSON.parse(e.json!) as T,
-    branch: e.branch!,
-    seq: e.seq!,
+/** A batch's events in order: its messages (one JSON.parse for all) and word of missed ones between them. */
+function events(b: NativeBatch): Event[] {
+  const values: unknown[] = b.seqs.length === 0 ? [] : JSON.parse(b.json)
+  const out: Event[] = []
+  let k = 0
+  for (let i = 0; i < values.length; i++) {
+    while (k < b.missed.length && b.missed[k].before === i) out.push(toMissed(b.missed[k++]))
+    // Each message its own array: a handler may keep or change it.
+    out.push({ value: values[i], branch: b.branches[b.branchOf[i]].slice(), seq: b.seqs[i] })
   }
-  if (missed) m.missed = missed
-  return m
+  while (k < b.missed.length) out.push(toMissed(b.missed[k++]))
+  return out
 }
 
-function toMissed(e: NativeEvent): Missed {
+function toMissed(e: NativeMissed): Missed {
   const reason = e.reason as Missed['reason']
   return e.count === undefined || e.count === null ? { reason } : { count: e.count, reason }
 }

@@ -212,6 +212,44 @@ for (const mode of CHAN_MODES) {
       await sub.stop()
     })
 
+    it('CHAN-06 messages of several branches read in one batch each keep their branch, seq and value, in each branch\'s publish order', async () => {
+      const s = await store()
+      const ch = s.channel<Ev>('batched')
+      const got: Message<Ev>[] = []
+      const first = gate()
+      const sub = await ch.under('r').subscribe(
+        async (m) => {
+          got.push(m)
+          if (got.length === 1) await first.promise // the rest queue up meanwhile
+        },
+        { recursive: true },
+      )
+      const branches = [ch.under('r'), ch.under('r').under(1), ch.under('r').under('x').under(2)]
+      await branches[0]!.publish({ n: 0 })
+      await until(() => got.length === 1)
+      const pending: Promise<void>[] = []
+      for (let n = 1; n <= 60; n++) pending.push(branches[n % 3]!.publish({ n }))
+      await Promise.all(pending)
+      first.open()
+      await until(() => got.length === 61, 5000, '61 messages')
+      const want = [['r'], ['r', '1'], ['r', 'x', '2']]
+      for (const k of [0, 1, 2]) {
+        // Publish order within each branch (CHAN-01), the branch it went to,
+        // and that branch's sequence, one more each.
+        const mine = got.filter((m) => m.value.n % 3 === k)
+        assert.deepEqual(mine.map((m) => m.value.n), [...Array(61).keys()].filter((n) => n % 3 === k))
+        mine.forEach((m, i) => {
+          assert.deepEqual(m.branch, want[k], `message ${m.value.n}'s branch`)
+          if (i > 0) assert.equal(m.seq, mine[i - 1]!.seq + 1, `message ${m.value.n}'s seq`)
+        })
+      }
+      // Each message has its own branch array: changing one changes no other.
+      const roots = got.filter((m) => m.value.n % 3 === 0)
+      roots[1]!.branch.push('changed')
+      assert.deepEqual(roots[2]!.branch, ['r'])
+      await sub.stop()
+    })
+
     it('CHAN-07 a message over 1 MiB is refused on that call only; exactly 1 MiB is accepted', async () => {
       const s = await store()
       const ch = s.channel<string>('sizes')
