@@ -477,6 +477,69 @@ func TestChan06BranchesAreApartAndAnIntegerKeyIsItsDigits(t *testing.T) {
 	})
 }
 
+func TestChan06MessagesOfSeveralBranchesReadInOneBatchKeepTheirBranchSeqAndValue(t *testing.T) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
+		events := open[event](t, stores.Open(), "batched")
+		root := events.Under("r")
+		first := make(chan struct{})
+		got := make(chan channels.Message[event], 128)
+		sub, err := root.Subscribe(bg, func(_ context.Context, m channels.Message[event]) error {
+			got <- m
+			if m.Value.N == 0 {
+				<-first // the rest queue up meanwhile, to be read as a batch
+			}
+			return nil
+		}, channels.Recursive())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Stop(bg) })
+		branches := []*channels.Branch[event]{root, root.Under(1), root.Under("x").Under(2)}
+		want := [][]string{{"r"}, {"r", "1"}, {"r", "x", "2"}}
+		if err := root.Publish(bg, event{N: 0}); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Receive(t, got, 5*time.Second, "message 0")
+		var wg sync.WaitGroup
+		for n := 1; n <= 60; n++ {
+			wg.Go(func() {
+				if err := branches[n%3].Publish(bg, event{N: n}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		close(first)
+		var all []channels.Message[event]
+		byBranch := make([][]channels.Message[event], 3)
+		for range 60 {
+			m := testkit.Receive(t, got, 5*time.Second, "the 60 messages")
+			k := m.Value.N % 3
+			if !slices.Equal(m.Branch, want[k]) {
+				t.Fatalf("message %d came with branch %q, want %q", m.Value.N, m.Branch, want[k])
+			}
+			all = append(all, m)
+			byBranch[k] = append(byBranch[k], m)
+		}
+		for k, ms := range byBranch {
+			for i := 1; i < len(ms); i++ {
+				if ms[i].Seq != ms[i-1].Seq+1 {
+					t.Fatalf("branch %q: seq %d after %d", want[k], ms[i].Seq, ms[i-1].Seq)
+				}
+			}
+		}
+		// Each message's branch is its own: an append to one writes over no other.
+		for _, m := range all {
+			_ = append(m.Branch, "changed")
+		}
+		for _, m := range all {
+			if !slices.Equal(m.Branch, want[m.Value.N%3]) {
+				t.Fatalf("an append to another message's branch changed message %d's: %q", m.Value.N, m.Branch)
+			}
+		}
+	})
+}
+
 func TestChan07MessageOver1MiBIsRefusedAndNothingPublished(t *testing.T) {
 	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		big := open[string](t, stores.Open(), "big")

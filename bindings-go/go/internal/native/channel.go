@@ -165,18 +165,48 @@ func (s *Sub) Next(max int) (events []Event, ended bool, err error) {
 	if err := errorOf(C.ts_sub_next(s.p, C.size_t(max), &evs, &n, &end, &e), e); err != nil {
 		return nil, false, err
 	}
-	for _, ev := range unsafe.Slice(evs, int(n)) {
+	// A batch's data and branch keys each go in one allocation, not one
+	// per message (docs/performance-go.md): each message's part is a
+	// full slice expression, so an append to one reallocates instead of
+	// writing over the next; a key the previous message also had (its
+	// bytes at the same address: one branch) is the same Go string.
+	all := unsafe.Slice(evs, int(n))
+	dataLen, keyCount := 0, 0
+	for i := range all {
+		dataLen += int(all[i].data.len)
+		keyCount += int(all[i].branch_len)
+	}
+	data := make([]byte, 0, dataLen)
+	keys := make([]string, 0, keyCount)
+	var last []C.TsStr
+	events = make([]Event, 0, len(all))
+	for i := range all {
+		ev := &all[i]
 		if ev.kind == C.TS_EVENT_MISSED {
 			events = append(events, Event{Missed: true, Known: ev.count_known != 0, Count: uint64(ev.count), Reason: goString(ev.reason)})
 			continue
 		}
 		var branch []string
 		if ev.branch_len > 0 {
-			for _, k := range unsafe.Slice(ev.branch, int(ev.branch_len)) {
-				branch = append(branch, goString(k))
+			at := len(keys)
+			ks := unsafe.Slice(ev.branch, int(ev.branch_len))
+			for j, k := range ks {
+				if j < len(last) && last[j] == k {
+					keys = append(keys, keys[at-len(last)+j])
+				} else {
+					keys = append(keys, goString(k))
+				}
 			}
+			branch = keys[at:len(keys):len(keys)]
+			last = ks
 		}
-		events = append(events, Event{Seq: uint64(ev.seq), Data: goBytes(ev.data), Branch: branch})
+		var d []byte
+		if ev.data.len > 0 {
+			at := len(data)
+			data = append(data, unsafe.Slice((*byte)(unsafe.Pointer(ev.data.ptr)), int(ev.data.len))...)
+			d = data[at:len(data):len(data)]
+		}
+		events = append(events, Event{Seq: uint64(ev.seq), Data: d, Branch: branch})
 	}
 	return events, end != 0, nil
 }
