@@ -56,8 +56,8 @@ export class Branch<T> implements AsyncIterable<Message<T>> {
    * request timeout (nothing published), or the connection was cut before
    * the owner answered (the message may have been delivered).
    */
-  async publish(value: T): Promise<void> {
-    await now(() => this.store.publish(this.name, this.path as Key[], encode(value)))
+  publish(value: T): Promise<void> {
+    return now(() => this.store.publish(this.name, this.path as Key[], encode(value))) as Promise<void>
   }
 
   /**

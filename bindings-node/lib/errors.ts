@@ -267,20 +267,31 @@ export function sync<T>(f: () => T): T {
   }
 }
 
-/** Awaits a native promise, turning its error into a {@link TinyStoreError}. */
-export async function settle<T>(p: Promise<T>): Promise<T> {
-  try {
-    return await p
-  } catch (e) {
-    throw fromNative(e)
-  }
+/**
+ * Awaits a native promise, turning its error into a {@link TinyStoreError}.
+ * Plain promises, not async functions: each async frame is one more promise
+ * and microtask a call, and a burst of publishes pays them by the thousand
+ * (docs/performance-node.md).
+ */
+export function settle<T>(p: Promise<T>): Promise<T> {
+  return p.then(undefined, rethrowNative)
+}
+
+function rethrowNative(e: unknown): never {
+  throw fromNative(e)
 }
 
 /**
  * Runs a native call that answers now or with a promise (an engine call that
- * is usually ready at once), turning its error into a {@link TinyStoreError}.
+ * is usually ready at once), turning its error into a {@link TinyStoreError}:
+ * a promise either way, rejected rather than thrown.
  */
-export async function now<T>(f: () => T | Promise<T>): Promise<T> {
-  const r = sync(f)
-  return r instanceof Promise ? settle(r) : r
+export function now<T>(f: () => T | Promise<T>): Promise<T> {
+  let r: T | Promise<T>
+  try {
+    r = f()
+  } catch (e) {
+    return Promise.reject(fromNative(e))
+  }
+  return r instanceof Promise ? settle(r) : Promise.resolve(r)
 }
