@@ -46,7 +46,7 @@ impl<T> ChannelBuilder<T> {
     pub fn open(self) -> Result<Channel<T>> {
         check_name("channel", &self.name)?;
         self.store.check_open()?;
-        Ok(Channel { root: Branch { store: self.store, channel: Arc::from(self.name), path: Vec::new(), _t: PhantomData } })
+        Ok(Channel { root: Branch { store: self.store, channel: Arc::from(self.name), path: smallvec::SmallVec::new(), _t: PhantomData } })
     }
 }
 
@@ -83,7 +83,9 @@ impl<T> Channel<T> {
 pub struct Branch<T> {
     store: Store,
     channel: Arc<str>,
-    path: Vec<Key>,
+    /// Inline up to two keys: `under(k)` a publish, as a chat's code
+    /// writes it, then allocates nothing (docs/performance.md).
+    path: smallvec::SmallVec<[Key; 2]>,
     _t: PhantomData<fn() -> T>,
 }
 
