@@ -32,6 +32,10 @@ const WRITER_QUEUE: usize = 256 * 1024;
 /// A TLS record header starts with this byte for a handshake (a ClientHello).
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
+// rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange);
+// ring stays, the provider etcd's and NATS's clients are built with here
+// (core/Cargo.toml), so a user's build of the crate prints no warning.
+#[allow(deprecated)]
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
