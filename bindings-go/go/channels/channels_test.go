@@ -146,6 +146,51 @@ func TestChan01ManyGoroutinesKeepEachOwnOrderOneHandlerCallAtATime(t *testing.T)
 	})
 }
 
+func TestChan01PipelinedPublishesWhoseCtxEndsLeaveTheOthersTheirOwnOutcome(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, stores *testkit.Stores) {
+		store := stores.Open()
+		events := open[event](t, store, "cancelled")
+		got, _ := collect(t, events.Under("room"))
+		// Fewer than the branch's log of 1,024: a slow handler misses none.
+		const writers, each = 64, 15
+		var published sync.Map // event{N, W} -> struct{}: its publish said nil
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Go(func() {
+				for i := range each {
+					ctx, cancel := context.WithCancel(bg)
+					if i%3 == 0 {
+						go cancel() // ends while the publish may be in flight
+					}
+					err := events.Under("room").Publish(ctx, event{N: i, W: w})
+					cancel()
+					switch {
+					case err == nil:
+						published.Store(event{N: i, W: w}, struct{}{})
+					case i%3 == 0 && errors.Is(err, context.Canceled):
+					default:
+						t.Errorf("writer %d publish %d: %v", w, i, err)
+					}
+				}
+			})
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("publishes still waiting after 30 s: an outcome went to another publish")
+		}
+		// Each publish that said nil arrives (one whose ctx ended may too).
+		due := map[event]bool{}
+		published.Range(func(k, _ any) bool { due[k.(event)] = true; return true })
+		for len(due) > 0 {
+			m := testkit.Receive(t, got, 5*time.Second, fmt.Sprintf("the %d messages left whose publish said nil", len(due)))
+			delete(due, m.Value)
+		}
+	})
+}
+
 func TestChan02SlowSubscriberIsToldExactlyWhatItMissedThenGoesOn(t *testing.T) {
 	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		events := open[event](t, stores.Open(), "chat-events")

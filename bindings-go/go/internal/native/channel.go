@@ -33,11 +33,11 @@ func (s *Store) Publish(ctx context.Context, channel string, keys []any, data []
 		return err
 	}
 	defer s.publishing.Add(-1)
-	var e *C.TsError
 	cp, cn := ptr(channel)
 	vp, vn, bp, bn := kv.ptrs()
 	dp, dn := bptr(data)
 	if s.publishing.Add(1) == 1 {
+		var e *C.TsError
 		cancel, free := cancelFor(ctx)
 		rc := C.ts_publish(s.p, cp, cn, vp, vn, bp, bn, dp, dn, cancel, &e)
 		free()
@@ -45,61 +45,81 @@ func (s *Store) Publish(ctx context.Context, channel string, keys []any, data []
 		runtime.KeepAlive(s)
 		return result(ctx, rc, e)
 	}
-	// A publish of a connected store goes pending: its token's function is
-	// registered before the call, so a success comes as the token with
+	// A publish of a connected store goes pending: its token is registered
+	// before the call, so a success comes as the token with
 	// TS_TOKEN_PUBLISHED set, with no outcome to take (one cgo call a
 	// publish instead of three). An owned store's ends within the call, so
-	// its function is registered only once it went pending, and then its
+	// its token is registered only once it went pending, and then its
 	// outcome is taken (the push may have come before the registration).
 	// Which one this store is, the last publish tells. A publish whose ctx
 	// ended meanwhile has its outcome taken all the same, and dropped.
 	registered := s.pendingLast.Load()
-	token := newToken()
-	var done chan error
-	take := func(published bool) {
-		if published {
-			done <- nil // run unregistered token
-			return
-		}
-		var e *C.TsError
-		rc := C.ts_publish_outcome(C.uint64_t(token), &e)
-		if rc == C.TS_PENDING {
-			return
-		}
-		Unregister(token)
-		done <- result(ctx, rc, e)
-	}
-	passed := token
+	p := pendingPublishes.Get().(*pendingPublish)
+	p.token, p.ctx, p.published = newToken(), ctx, false
+	passed := p.token
 	if registered {
-		done = make(chan error, 1)
-		registerAt(token, take)
+		registerAt(p.token, p)
 		passed |= C.TS_TOKEN_REGISTERED
 	}
-	rc := C.ts_publish_start(s.p, cp, cn, vp, vn, bp, bn, dp, dn, C.uint64_t(passed), &e)
+	rc := C.ts_publish_start(s.p, cp, cn, vp, vn, bp, bn, dp, dn, C.uint64_t(passed), &p.e)
 	runtime.KeepAlive(s)
 	if rc != C.TS_PENDING {
 		if registered {
-			Unregister(token)
+			Unregister(p.token)
 			s.pendingLast.Store(false)
 		}
 		// Ended within the call: what it read for this process's
 		// subscriptions waits for takeNow (when pending, the library
 		// signalled it to the drain goroutine).
 		takeNow()
-		return result(ctx, rc, e)
+		return result(ctx, rc, p.e) // p not reused: a push may still reach it
 	}
 	if !registered {
 		s.pendingLast.Store(true)
-		done = make(chan error, 1)
-		registerAt(token, take)
-		take(false)
+		registerAt(p.token, p)
+		p.complete(false)
 	}
 	select {
-	case err := <-done:
+	case err := <-p.done:
+		if p.published {
+			p.ctx = nil
+			pendingPublishes.Put(p)
+		}
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// pendingPublish is a publish waiting in Go for its answer, registered
+// under its token. One whose success came in its token
+// (TS_TOKEN_PUBLISHED) is reused: run unregistered it before completing
+// it, so nothing reaches it again; others are left to the collector. Four
+// allocations a pipelined publish less (docs/performance-go.md).
+type pendingPublish struct {
+	token     uint64
+	ctx       context.Context
+	done      chan error
+	published bool
+	// ts_publish_start's error, in the heap object already made.
+	e *C.TsError
+}
+
+var pendingPublishes = sync.Pool{New: func() any { return &pendingPublish{done: make(chan error, 1)} }}
+
+func (p *pendingPublish) complete(published bool) {
+	if published {
+		p.published = true
+		p.done <- nil
+		return
+	}
+	var e *C.TsError
+	rc := C.ts_publish_outcome(C.uint64_t(p.token), &e)
+	if rc == C.TS_PENDING {
+		return
+	}
+	Unregister(p.token)
+	p.done <- result(p.ctx, rc, e)
 }
 
 // Event is what a subscription reads: a message, or word of missed ones.

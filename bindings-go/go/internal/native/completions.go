@@ -23,14 +23,23 @@ var completions struct {
 	once  sync.Once
 	next  atomic.Uint64
 	mu    sync.Mutex
-	funcs map[uint64]func(published bool)
+	funcs map[uint64]completer
 }
+
+// completer is what a token runs each time the library pushes it;
+// published as for registerAt.
+type completer interface{ complete(published bool) }
+
+// onPush is a function run at each push of its token.
+type onPush func()
+
+func (f onPush) complete(bool) { f() }
 
 // Register gives a fresh token that runs f each time the library pushes it,
 // until Unregister.
 func Register(f func()) uint64 {
 	t := newToken()
-	registerAt(t, func(bool) { f() })
+	registerAt(t, onPush(f))
 	return t
 }
 
@@ -42,11 +51,11 @@ func newToken() uint64 { return completions.next.Add(1) }
 // published is true when the push was of a publish that succeeded
 // (t|TS_TOKEN_PUBLISHED, for a publish started with TS_TOKEN_REGISTERED),
 // which also unregisters t: a publish ends once.
-func registerAt(t uint64, f func(published bool)) {
+func registerAt(t uint64, f completer) {
 	completions.once.Do(func() { go drain() })
 	completions.mu.Lock()
 	if completions.funcs == nil {
-		completions.funcs = make(map[uint64]func(bool))
+		completions.funcs = make(map[uint64]completer)
 	}
 	completions.funcs[t] = f
 	completions.mu.Unlock()
@@ -67,7 +76,7 @@ func run(buf []C.uint64_t) {
 		buf = buf[256:]
 	}
 	var found [256]struct {
-		f         func(bool)
+		f         completer
 		published bool
 	}
 	n := 0
@@ -85,7 +94,7 @@ func run(buf []C.uint64_t) {
 	}
 	completions.mu.Unlock()
 	for _, r := range found[:n] {
-		r.f(r.published)
+		r.f.complete(r.published)
 	}
 }
 
