@@ -210,7 +210,7 @@ export type JsSqlValue = null | number | bigint | string | Buffer
 /**
  * A batch of events as it crosses to JavaScript: the messages' JSON as one
  * array, parsed with one `JSON.parse` (a string and an object a message
- * crossed one by one cost more than the parse: docs/performance.md), and
+ * crossed one by one cost more than the parse: docs/performance-node.md), and
  * word of missed messages placed between them.
  */
 export interface NativeBatch {

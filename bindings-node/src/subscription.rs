@@ -12,7 +12,7 @@ use crate::uvread::UvReader;
 
 /// A batch of events as it crosses to JavaScript: the messages' JSON as one
 /// array, parsed with one `JSON.parse` (a string and an object a message
-/// crossed one by one cost more than the parse: docs/performance.md), and
+/// crossed one by one cost more than the parse: docs/performance-node.md), and
 /// word of missed messages placed between them.
 #[napi(object)]
 pub struct NativeBatch {

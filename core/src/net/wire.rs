@@ -754,7 +754,7 @@ mod tests {
     }
 
     #[test]
-    fn a_publish_frame_is_the_request_as_serde_writes_it() {
+    fn chan_06_a_publish_frame_names_its_own_channel_and_branch_as_serde_writes_the_request() {
         let datas: [&[u8]; 4] = [b"null", b"{\"id\":41,\"s\":\"}]\"}", b"\"x\\\"}\"", b"-1.5e3"];
         let branches = [vec![], vec![Key::from(7)], vec![Key::from("a]b"), Key::from("q\"]\\"), Key::from(-3), Key::from("é\n")]];
         // One buffer and one target for all, as a client thread keeps them:

@@ -34,14 +34,6 @@ func bptr(b []byte) (*C.uint8_t, C.size_t) {
 	return (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(b))), C.size_t(len(b))
 }
 
-// goBytes copies n bytes at p.
-func goBytes(s C.TsStr) []byte {
-	if s.len == 0 {
-		return nil
-	}
-	return C.GoBytes(unsafe.Pointer(s.ptr), C.int(s.len))
-}
-
 // goString copies the text at s.
 func goString(s C.TsStr) string {
 	if s.len == 0 {
