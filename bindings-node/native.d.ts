@@ -108,6 +108,13 @@ export declare class NativeStore {
    */
   publish(channel: string, branch: Array<JsKey>, json: string): void | Promise<void>
   /**
+   * Writes the publishes that wait for the end of this burst of calls
+   * (connected: a publish waits for this, for 32 to gather, for an
+   * answer read or for the loop's turn to end).
+   * Nothing to do when owned.
+   */
+  flushPublishes(): void
+  /**
    * Subscribes to a branch (and every branch below it when `recursive`);
    * resolves once the store has the subscription.
    */

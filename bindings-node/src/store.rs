@@ -200,6 +200,17 @@ impl NativeStore {
         now_or_promise(env, async move { store.publish_raw(&channel, &branch, data).await.napi() })
     }
 
+    /// Writes the publishes that wait for the end of this burst of calls
+    /// (connected: a publish waits for this, for 32 to gather, for an
+    /// answer read or for the loop's turn to end).
+    /// Nothing to do when owned.
+    #[napi]
+    pub fn flush_publishes(&self) {
+        if let Some(uv) = &self.uv {
+            uv.flush();
+        }
+    }
+
     /// Subscribes to a branch (and every branch below it when `recursive`);
     /// resolves once the store has the subscription.
     #[napi]

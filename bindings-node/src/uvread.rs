@@ -6,9 +6,11 @@
 //!
 //! The engine's [`LoopReader`] does the reading and dispatching; this file
 //! only watches its file descriptor with a `uv_poll_t` (libuv's symbols are
-//! the Node executable's own). A `uv_prepare_t` writes the publishes of a
-//! turn of the loop together before the loop waits, as node-redis corks its
-//! socket until the next tick; at process exit they leave at once, waiting
+//! the Node executable's own). A connected store's publishes wait in its
+//! sink until the burst that made them ends (lib/channel.ts queues one
+//! microtask that calls `flushPublishes`), as node-redis corks its socket
+//! until the next tick; a `uv_prepare_t` writes what is left before the
+//! loop waits; at process exit they leave at once, waiting
 //! for the socket (up to 2 s). The handles are unreferenced, so they never keep a program alive. When the JavaScript thread is busy for 100 ms with data
 //! waiting, the engine reads again (within 350 ms: it looks every 250 ms); the next call from JavaScript watches
 //! the socket again (and the new one after a reconnect).
@@ -154,6 +156,15 @@ impl UvReader {
         }
         st.reader = Some(reader);
         spin(&st);
+    }
+
+    /// Writes the publishes this thread's burst of calls left in the
+    /// connection's sink (they wait for it: `LoopReader::flush_each_turn`).
+    pub fn flush(&self) {
+        let reader = self.st.lock().unwrap_or_else(|p| p.into_inner()).reader.clone();
+        if let Some(r) = reader {
+            r.flush();
+        }
     }
 
     /// Stops watching (the store closes).

@@ -847,6 +847,66 @@ fn store_01_chan_01_publishes_leave_at_the_call_while_the_loop_is_busy() {
     drop(tasks);
 }
 
+/// A loop that flushes each turn (Node) gets a burst of publishes out in
+/// one write at its flush: none leaves before it, except 32 at a time when
+/// that many gather; all arrive, in the order of the calls.
+#[test]
+fn chan_01_a_loop_that_flushes_each_turn_sends_its_burst_at_its_flush() {
+    // The engine's check of a loop that has not read for 100 ms writes what
+    // it holds: a try slower than 90 ms says nothing, and the next one looks.
+    for _ in 0..10 {
+        let (owner, client, _d) = owner_and_client();
+        let sub = runtime::block_on(owner.subscribe_raw("burst", &[Key::from(1)], Scope::Branch, None)).unwrap();
+        let reader = client.loop_reader().unwrap();
+        let t = Instant::now();
+        start(&reader);
+        reader.flush_each_turn();
+        // The engine's task, done with the socket just now, writes what the
+        // sink holds once more on its way out: let it go first.
+        std::thread::sleep(Duration::from_millis(20));
+        let tasks: Vec<_> = (0..40)
+            .map(|i| {
+                let c = client.clone();
+                runtime::LoopTask::start(async move {
+                    c.publish_raw("burst", &[Key::from(1)], format!("{i}").into_bytes().into_boxed_slice()).await.unwrap();
+                })
+            })
+            .collect();
+        let mut seen = Vec::new();
+        let read = |seen: &mut Vec<String>, want: usize, within: Duration| {
+            let end = Instant::now() + within;
+            while seen.len() < want && Instant::now() < end {
+                match sub.try_next() {
+                    Some(Event::Message(m)) => seen.push(String::from_utf8(m.data.to_vec()).unwrap()),
+                    Some(other) => panic!("{other:?}"),
+                    None => std::thread::sleep(Duration::from_millis(1)),
+                }
+            }
+        };
+        read(&mut seen, 32, Duration::from_secs(2));
+        read(&mut seen, 40, Duration::from_millis(10));
+        if t.elapsed() > Duration::from_millis(90) {
+            reader.stop();
+            continue;
+        }
+        assert_eq!(seen.len(), 32, "before the flush the owner had {} of 40 publishes: only the 32 that gathered leave", seen.len());
+        reader.flush();
+        read(&mut seen, 40, Duration::from_secs(2));
+        let want: Vec<String> = (0..40).map(|i| i.to_string()).collect();
+        assert_eq!(seen, want, "all of them after the flush, in the order of the calls");
+        let end = Instant::now() + Duration::from_secs(5);
+        while !tasks.iter().all(|t| t.is_done()) && Instant::now() < end {
+            if wait_readable(reader.fd(), 50) {
+                assert!(reader.readable());
+            }
+        }
+        assert!(tasks.iter().all(|t| t.is_done()), "every publish answered on the loop's thread");
+        reader.stop();
+        return;
+    }
+    panic!("ten tries each took over 90 ms to get 32 publishes to the owner");
+}
+
 /// A program that publishes and then closes sees its publishes resolve as
 /// delivered (`close_settled`), not as `closed`, also while its loop held
 /// the socket and had not read the answers.

@@ -202,14 +202,15 @@ pub(crate) enum Hold<'a> {
     /// not yet answered, and when none of them has left (all wait here),
     /// nothing would come back to uncork, so the frames are written now.
     UntilAnswer(&'a std::sync::atomic::AtomicU64),
-    /// Until the sending thread's [`crate::runtime::block_on`] yields or
-    /// returns (the caller registered the sink with
-    /// [`crate::runtime::hold_until_blocked`], which flushes it then), or
-    /// until [`HELD_BATCH_FRAMES`] wait.
-    UntilBlocked,
+    /// Until the code that sent it flushes the sink: the sending thread's
+    /// [`crate::runtime::block_on`] when it yields or returns (the caller
+    /// registered the sink with [`crate::runtime::hold_until_blocked`]), or
+    /// the event loop reading the connection ([`Sink::uncork`]); or until
+    /// [`HELD_BATCH_FRAMES`] wait.
+    UntilFlushed,
 }
 
-/// The most frames [`Hold::UntilBlocked`] gathers before they leave: a
+/// The most frames [`Hold::UntilFlushed`] gathers before they leave: a
 /// window of 64 publishes then travels as two batches, so the owner takes
 /// the first while the thread writes the second (one batch of 64 left both
 /// sides idle in turn: docs/performance.md, 6 December, evening).

@@ -178,15 +178,16 @@ struct OwnerConnection {
 }
 
 impl OwnerConnection {
-    /// True while a language's event loop reads this connection.
-    /// Whether a publish may wait in the sink for an answer read (or a
-    /// loop's flush) to let it go: not while a loop that does not flush
-    /// each turn reads the socket (a busy loop would hold it as long).
-    fn holds_back(&self) -> bool {
-        self.shared.as_ref().is_none_or(|s| {
-            let slot = s.slot.lock();
-            !slot.looped || slot.flushed_each_turn
-        })
+    /// What lets a publish held in this connection's sink go (see [`Release`]).
+    fn release(&self) -> Release {
+        let Some(s) = self.shared.as_ref() else { return Release::Answer };
+        let slot = s.slot.lock();
+        match (slot.looped, slot.flushed_each_turn) {
+            (false, _) => Release::Answer,
+            (true, true) => Release::LoopFlush,
+            // A busy loop that does not flush would hold it as long.
+            (true, false) => Release::Nothing,
+        }
     }
 
     /// What a thread blocked on this connection may read meanwhile.
@@ -220,10 +221,27 @@ enum Place {
     /// Behind [`COALESCE_AFTER`] or more: held in the sink until the reader
     /// reads an answer.
     HeldBack,
-    /// Made by a thread in [`runtime::block_on`]: held in the sink until
-    /// that thread's future yields or returns, so what one poll publishes
-    /// leaves in one write; `alone` as for [`Place::Alone`] (the spin).
-    UntilBlocked { alone: bool },
+    /// Held in the sink until the code that made it flushes: a thread in
+    /// [`runtime::block_on`] when its future yields or returns, a
+    /// language's event loop when its burst of calls ends (Node: a
+    /// microtask) or its turn does; so what one go publishes leaves in one
+    /// write (32 frames at most). `alone` as for [`Place::Alone`] (the spin).
+    UntilFlushed { alone: bool },
+}
+
+/// What lets a publish held in a connection's sink go.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Release {
+    /// An answer read by an engine thread or a blocked thread, or the
+    /// flush of a thread in [`runtime::block_on`].
+    Answer,
+    /// The flush of the language's event loop that reads the connection
+    /// ([`crate::LoopReader::flush`]), which it makes at the end of each
+    /// burst and each turn.
+    LoopFlush,
+    /// Nothing sure: a loop reads the answers and does not flush; publishes
+    /// leave at once.
+    Nothing,
 }
 
 /// The hook a client made by `open(dir)` calls when the owner went away
@@ -911,7 +929,7 @@ impl Client {
         }
         // A publish behind others in flight is not a call the spin weighs:
         // their answers come in batches, and it saves two clock reads.
-        let spin = answer.as_ref().is_some_and(Answer::awaited) && matches!(place, Place::Alone | Place::UntilBlocked { alone: true });
+        let spin = answer.as_ref().is_some_and(Answer::awaited) && matches!(place, Place::Alone | Place::UntilFlushed { alone: true });
         if let Some(shared) = conn.shared.as_ref().filter(|_| spin) {
             shared.expect.expect();
         }
@@ -927,7 +945,7 @@ impl Client {
         let mut unsent = None;
         let hold = match place {
             Place::HeldBack => Hold::UntilAnswer(&conn.publishing),
-            Place::UntilBlocked { .. } => Hold::UntilBlocked,
+            Place::UntilFlushed { .. } => Hold::UntilFlushed,
             Place::Alone | Place::Behind => Hold::No,
         };
         let sent = conn.sink.send_entered(
@@ -1072,13 +1090,13 @@ impl Client {
             // Written into this thread's buffer, kept between publishes.
             let mut frame = FRAME_BUFFER.take();
             PUBLISH_TARGET.with_borrow_mut(|target| wire::publish_frame_into(&mut frame, id, channel, branch, raw, target));
-            // Held back only where an engine thread reads the answers that let
-            // it go: a language's busy event loop would hold it for as long.
             let before = conn.publishing.fetch_add(1, Ordering::AcqRel);
+            let release = conn.release();
             let place = match before {
-                _ if conn.holds_back() && runtime::hold_until_blocked(&conn.sink) => Place::UntilBlocked { alone: before == 0 },
+                _ if release == Release::LoopFlush => Place::UntilFlushed { alone: before == 0 },
+                _ if release == Release::Answer && runtime::hold_until_blocked(&conn.sink) => Place::UntilFlushed { alone: before == 0 },
                 0 => Place::Alone,
-                n if n >= COALESCE_AFTER && conn.holds_back() => Place::HeldBack,
+                n if n >= COALESCE_AFTER && release == Release::Answer => Place::HeldBack,
                 _ => Place::Behind,
             };
             let sent = self.try_send_frame(&conn, id, &frame, 0, answer.take(), place);

@@ -41,8 +41,8 @@ pub(super) struct ReaderHandoff {
     pub(super) looped: bool,
     /// When that loop last read it.
     pub(super) serviced: Instant,
-    /// That loop calls [`LoopReader::flush`] each turn before it sleeps,
-    /// so pipelined publishes may wait for it ([`LoopReader::flush_each_turn`]).
+    /// That loop calls [`LoopReader::flush`] after each burst and each turn
+    /// before it sleeps, so publishes wait for it ([`LoopReader::flush_each_turn`]).
     pub(super) flushed_each_turn: bool,
 }
 
@@ -280,12 +280,23 @@ impl SharedRead {
     }
 
     /// Called by the pinger: a loop that has not read for [`LOOP_STALL`]
-    /// while data waits gives the socket back to the engine.
+    /// writes the publishes held for its flush (a busy loop makes none) and,
+    /// while data waits, gives the socket back to the engine.
     pub(super) fn check_loop(&self) {
         use std::os::fd::AsRawFd;
         let mut slot = self.slot.lock();
         if !slot.looped || slot.side.is_none() || slot.serviced.elapsed() < LOOP_STALL {
             return;
+        }
+        if slot.flushed_each_turn {
+            drop(slot);
+            if let Some(conn) = self.conn.upgrade() {
+                conn.sink.uncork();
+            }
+            slot = self.slot.lock();
+            if !slot.looped || slot.side.is_none() {
+                return;
+            }
         }
         let mut p = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd; a zero timeout never blocks.
@@ -310,7 +321,8 @@ impl SharedRead {
 /// false, it stops watching and asks the store for a new reader later. A
 /// loop that leaves the socket unread for 100 ms while data waits (its
 /// program is busy) loses it to the engine within 350 ms (the check runs
-/// every 250 ms), so answers, renewals and messages never wait on it longer.
+/// every 250 ms), so answers, renewals and messages never wait on it longer;
+/// nor do the publishes held for its flush ([`flush_each_turn`](Self::flush_each_turn)).
 pub struct LoopReader {
     pub(super) shared: Arc<SharedRead>,
 }
@@ -413,14 +425,15 @@ impl LoopReader {
         self.flush();
     }
 
-    /// Says that the loop calls [`flush`](Self::flush) once a turn, before
-    /// it waits for events, and once more before its program exits. From
-    /// now until [`stop`](Self::stop), publishes sent while 4 or more are
-    /// unanswered wait for that flush (or for the next answer read), so a
-    /// turn's burst leaves in one write, as node-redis corks its socket
-    /// until the next tick. A turn that runs long still loses them within
-    /// 350 ms: the engine then takes the socket back and reads the answers
-    /// that let them go.
+    /// Says that the loop calls [`flush`](Self::flush) at the end of each
+    /// burst of calls (Node: a microtask queued by its first publish), once
+    /// a turn before it waits for events, and once more before its program
+    /// exits. From now until [`stop`](Self::stop), every publish waits in
+    /// the connection's sink for that flush (or for 32 to gather, or for an
+    /// answer read), so a burst leaves in one write, as node-redis corks its
+    /// socket until the next tick. A loop that stays busy after a burst
+    /// loses it within 350 ms all the same: the engine's check of a loop
+    /// that has not read for 100 ms writes it.
     pub fn flush_each_turn(&self) {
         let mut slot = self.shared.slot.lock();
         if slot.looped {
@@ -428,7 +441,8 @@ impl LoopReader {
         }
     }
 
-    /// Writes the publishes held back since the last flush or answer read.
+    /// Writes the publishes held back since the last flush or answer read
+    /// (from the loop's thread, when the socket takes them all).
     pub fn flush(&self) {
         if let Some(conn) = self.shared.conn.upgrade() {
             conn.sink.uncork();
