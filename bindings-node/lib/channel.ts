@@ -100,7 +100,10 @@ export class Branch<T> implements AsyncIterable<Message<T>> {
    * An active subscription keeps the Node process alive, as a listening
    * server does: it waits for messages until `await sub.stop()` or
    * `await store.close()` (which ends every subscription of the store), and
-   * a program that does neither does not exit by itself.
+   * a program that does neither does not exit by itself. It also keeps its
+   * store open: a program may drop every reference to the store and keep
+   * only the subscription (or not even that) without a garbage collection
+   * closing the store under it.
    *
    * @param handler - Called with each message. What it throws goes to `onError`.
    * @param options - `onMissed`, `onError`, and `recursive` for the branches below too.

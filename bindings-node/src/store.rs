@@ -218,7 +218,7 @@ impl NativeStore {
         let branch = convert::keys(branch)?;
         let scope = if recursive { Scope::Recursive } else { Scope::Branch };
         let sub = self.store.subscribe_raw(&channel, &branch, scope, None).await.napi()?;
-        Ok(NativeSubscription::new(sub, self.uv.clone()))
+        Ok(NativeSubscription::new(sub, self.uv.clone(), self.store.clone()))
     }
 
     /// A lock handle; the engine checks the name and the durations now

@@ -83,11 +83,15 @@ impl NativeBatch {
 pub struct NativeSubscription {
     sub: Arc<RawSubscription>,
     uv: Option<Arc<UvReader>>,
+    /// Its store, kept open while the subscription lives: a program that
+    /// keeps no reference to the store must not have it closed under a
+    /// running subscription by a garbage collection.
+    _store: tinystore::Store,
 }
 
 impl NativeSubscription {
-    pub fn new(sub: RawSubscription, uv: Option<Arc<UvReader>>) -> NativeSubscription {
-        NativeSubscription { sub: Arc::new(sub), uv }
+    pub fn new(sub: RawSubscription, uv: Option<Arc<UvReader>>, store: tinystore::Store) -> NativeSubscription {
+        NativeSubscription { sub: Arc::new(sub), uv, _store: store }
     }
 }
 

@@ -4,9 +4,11 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { join } from 'node:path'
+import v8 from 'node:v8'
+import vm from 'node:vm'
 import { after, describe, it } from 'node:test'
 
-import { connect, LostError, open, type Message, type Missed, type Store } from 'tinystore'
+import { connect, LostError, open, type Message, type Missed, type Store, type Subscription } from 'tinystore'
 
 import { blockLoop, gate, sleep, tempDir, until } from './helpers'
 import { Proxy } from './proxy'
@@ -296,3 +298,55 @@ describe('connected, read on the event loop', () => {
   })
 })
 
+
+describe('a subscription keeps its store open', () => {
+  // The program keeps no reference to the store, only to its subscription
+  // (which holds none in JavaScript) and to what its handler counts: a
+  // garbage collection must not close the store under it.
+  v8.setFlagsFromString('--expose-gc')
+  const gc = vm.runInNewContext('gc') as () => void
+
+  async function subscribeAndForget(dir: string): Promise<{ got: number[]; sub: Subscription }> {
+    const got: number[] = []
+    const store = await open(dir)
+    const sub = await store.channel<Ev>('kept').under(1).subscribe((m) => void got.push(m.value.n))
+    return { got, sub }
+  }
+
+  async function publishAcrossCollections(dir: string, seen: { got: number[]; sub: Subscription }): Promise<void> {
+    const publisher = await connect(`unix:${join(dir, 'tinystore.sock')}`, { requestTimeout: '2s' })
+    try {
+      const branch = publisher.channel<Ev>('kept').under(1)
+      await branch.publish({ n: 1 })
+      await until(() => seen.got.length === 1, 5000, 'the first message')
+      for (let i = 0; i < 3; i++) {
+        gc()
+        await sleep(20)
+      }
+      await branch.publish({ n: 2 })
+      await until(() => seen.got.length === 2, 5000, 'the message published after a garbage collection').catch(() => {})
+      assert.deepEqual(seen.got, [1, 2])
+    } finally {
+      await seen.sub.stop()
+      await publisher.close()
+    }
+  }
+
+  it('CHAN-01 an owning store whose program dropped it still serves and delivers while it has a subscription', async () => {
+    const dir = tempDir()
+    await publishAcrossCollections(dir, await subscribeAndForget(dir))
+  })
+
+  it('CHAN-01 a store opened while another process owns it still delivers after its program dropped it', async () => {
+    const dir = tempDir()
+    const owner = spawn(process.execPath, ['-e', `require(${JSON.stringify(require.resolve('tinystore'))}).open(${JSON.stringify(dir)}).then((s) => { globalThis.kept = s; console.log('ready') }); setInterval(() => {}, 1e6)`], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    })
+    try {
+      await new Promise((resolve) => owner.stdout.once('data', resolve))
+      await publishAcrossCollections(dir, await subscribeAndForget(dir))
+    } finally {
+      owner.kill()
+    }
+  })
+})
