@@ -220,57 +220,44 @@ describe('connected, read on the event loop', () => {
     }
   })
 
-  it('CHAN-01 publishes not awaited leave while their program stays busy and is then killed', async () => {
+  /**
+   * A child publishes `count` messages without awaiting them, stays busy for
+   * 3 s (its loop never gets back to its socket), then dies with nothing
+   * flushed at exit: every message must have left before.
+   */
+  async function burstThenBusyThenKilled(channel: string, count: number): Promise<void> {
     const dir = tempDir()
     const owner = await open(dir)
     try {
       const got: number[] = []
-      const sub = await owner.channel<Ev>('busy').under(1).subscribe((m) => void got.push(m.value.n))
-      // The child's loop does not get back to its socket for 3 s after the
-      // burst; then it dies with nothing flushed at exit.
+      const sub = await owner.channel<Ev>(channel).under(1).subscribe((m) => void got.push(m.value.n))
       const code = await child(`
         ;(async () => {
-          const branch = (await connect(${JSON.stringify(`unix:${join(dir, 'tinystore.sock')}`)})).channel('busy').under(1)
+          const branch = (await connect(${JSON.stringify(`unix:${join(dir, 'tinystore.sock')}`)})).channel(${JSON.stringify(channel)}).under(1)
           await branch.publish({ n: -1 })
-          for (let n = 0; n < 200; n++) branch.publish({ n })
+          for (let n = 0; n < ${count}; n++) branch.publish({ n })
           const end = Date.now() + 3000
           while (Date.now() < end) {}
           process.kill(process.pid, 'SIGKILL')
         })().catch((e) => { console.error(e); process.exit(2) })`)
       assert.equal(code, null, 'killed')
-      await until(() => got.length === 201, 5000, '201 messages').catch(() => {})
-      assert.deepEqual(got, [-1, ...Array.from({ length: 200 }, (_, n) => n)], 'every message left before the child was killed')
+      await until(() => got.length === count + 1, 5000, `${count + 1} messages`).catch(() => {})
+      assert.deepEqual(got, [-1, ...Array.from({ length: count }, (_, n) => n)], 'every message left before the child was killed')
       await sub.stop()
     } finally {
       await owner.close()
     }
+  }
+
+  it('CHAN-01 publishes not awaited leave while their program stays busy and is then killed', async () => {
+    await burstThenBusyThenKilled('busy', 200)
   })
 
   it('CHAN-01 a burst smaller than a batch, not awaited, leaves while its program stays busy and is then killed', async () => {
-    const dir = tempDir()
-    const owner = await open(dir)
-    try {
-      const got: number[] = []
-      const sub = await owner.channel<Ev>('busy-few').under(1).subscribe((m) => void got.push(m.value.n))
-      // Fewer than the 32 that leave together on their own, and no await
-      // after them: the engine's check of a loop that has not read writes
-      // them while the loop is busy.
-      const code = await child(`
-        ;(async () => {
-          const branch = (await connect(${JSON.stringify(`unix:${join(dir, 'tinystore.sock')}`)})).channel('busy-few').under(1)
-          await branch.publish({ n: -1 })
-          for (let n = 0; n < 10; n++) branch.publish({ n })
-          const end = Date.now() + 3000
-          while (Date.now() < end) {}
-          process.kill(process.pid, 'SIGKILL')
-        })().catch((e) => { console.error(e); process.exit(2) })`)
-      assert.equal(code, null, 'killed')
-      await until(() => got.length === 11, 5000, '11 messages').catch(() => {})
-      assert.deepEqual(got, [-1, ...Array.from({ length: 10 }, (_, n) => n)], 'every message left before the child was killed')
-      await sub.stop()
-    } finally {
-      await owner.close()
-    }
+    // Fewer than the 32 that leave together on their own, and no await
+    // after them: the engine's check of a loop that has not read writes
+    // them while the loop is busy.
+    await burstThenBusyThenKilled('busy-few', 10)
   })
 
   it('STORE-01 after its calls stop, a connected program sleeps: the loop spins only for a short window after each call', async () => {

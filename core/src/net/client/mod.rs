@@ -1093,8 +1093,9 @@ impl Client {
             let before = conn.publishing.fetch_add(1, Ordering::AcqRel);
             let release = conn.release();
             let place = match before {
-                _ if release == Release::LoopFlush => Place::UntilFlushed { alone: before == 0 },
-                _ if release == Release::Answer && runtime::hold_until_blocked(&conn.sink) => Place::UntilFlushed { alone: before == 0 },
+                _ if release == Release::LoopFlush || (release == Release::Answer && runtime::hold_until_blocked(&conn.sink)) => {
+                    Place::UntilFlushed { alone: before == 0 }
+                }
                 0 => Place::Alone,
                 n if n >= COALESCE_AFTER && release == Release::Answer => Place::HeldBack,
                 _ => Place::Behind,
