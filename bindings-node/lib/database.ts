@@ -194,7 +194,7 @@ export class TxBranch<T> {
   /**
    * Publishes `value` when the transaction commits; nothing if it rolls back.
    *
-   * @throws {@link LimitError} (over 1 MiB) or {@link InvalidError} now; an
+   * @throws {@link LimitError} (over 1 MiB, or nested over 100 deep) or {@link InvalidError} now; an
    * {@link InvalidError} too for a channel of another store than the
    * transaction's database (its commit publishes to that store).
    */

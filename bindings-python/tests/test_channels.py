@@ -412,6 +412,26 @@ async def test_chan_07_a_message_over_1_mib_is_refused_and_nothing_is_published(
     await sub.stop()
 
 
+@pytest.mark.cluster
+async def test_chan_07_a_message_nested_over_100_deep_is_refused_and_one_100_deep_arrives(store: tinystore.Store) -> None:
+    def nested(depth: int) -> Any:
+        value: Any = "[[[["  # brackets in a string are not nesting
+        for _ in range(depth):
+            value = [value]
+        return value
+
+    branch = store.channel("deep").under(1)
+    got: List[tinystore.Message[Any]] = []
+    sub = await branch.subscribe(got.append)
+    with pytest.raises(tinystore.LimitError, match="100 deep"):
+        await branch.publish(nested(101))
+    await branch.publish(nested(100))
+    await until(lambda: len(got) == 1)
+    assert got[0].value == nested(100)
+    assert got[0].seq == 1  # the refused one took no place
+    await sub.stop()
+
+
 async def test_a_handler_that_raises_goes_to_on_error_and_the_subscription_goes_on(store: tinystore.Store) -> None:
     branch = store.channel("errors").under(1)
     got: List[int] = []

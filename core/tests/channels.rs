@@ -492,3 +492,28 @@ fn chan_02_read_ready_takes_a_burst_at_once_missed_count_first_then_in_order() {
         assert_eq!(rest.len(), 1, "{over}: the one left");
     }
 }
+
+/// `depth` arrays, each inside the one before, the innermost holding `inner`.
+fn nested(depth: usize, inner: serde_json::Value) -> serde_json::Value {
+    (0..depth).fold(inner, |v, _| serde_json::Value::Array(vec![v]))
+}
+
+/// CHAN-07: a message nests arrays and objects at most 100 deep, so that
+/// every binding's decoder reads it (serde_json stops at 127); 101 is refused
+/// with `limit` on that call only, nothing of it published. Brackets inside
+/// a string are not nesting.
+#[test]
+fn chan_07_a_message_nested_deeper_than_100_is_refused_and_nothing_is_published() {
+    let (store, _d) = common::store();
+    let events = store.channel::<serde_json::Value>("c").open().unwrap();
+    let mut it = events.under(1).messages().unwrap();
+    let e = events.under(1).publish(&nested(101, serde_json::json!(1))).unwrap_err();
+    assert_eq!(e.code(), "limit", "{e}");
+    assert!(e.message().contains("100 deep"), "{e}");
+    let deepest = nested(99, serde_json::json!({ "k": "[".repeat(500) }));
+    events.under(1).publish(&deepest).unwrap();
+    match it.next() {
+        Some(Ok(Delivery::Message(m))) => assert_eq!(m.value, deepest, "the first message is the one accepted"),
+        other => panic!("expected the accepted message, got {other:?}"),
+    }
+}

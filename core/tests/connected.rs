@@ -1200,3 +1200,23 @@ fn connect_an_address_not_understood_names_every_form_connect_takes() {
         }
     }
 }
+
+/// CHAN-07 connected: a message nested deeper than 100 is refused with the
+/// owning store's `limit`, not left to the wire's JSON parser, and one 100
+/// deep reaches a subscriber on another connection, decoded.
+#[test]
+fn chan_07_connected_message_nested_deeper_than_100_is_refused_as_owned() {
+    let (_owner, client, d) = owner_and_client();
+    let nested = |depth: usize| (0..depth).fold(serde_json::json!("[[[["), |v, _| serde_json::Value::Array(vec![v]));
+    let other = Store::connect(&format!("unix:{}", d.path().join("tinystore.sock").display())).unwrap();
+    let mut it = other.channel::<serde_json::Value>("c").open().unwrap().under(1).messages().unwrap();
+    let events = client.channel::<serde_json::Value>("c").open().unwrap();
+    let e = events.under(1).publish(&nested(101)).unwrap_err();
+    assert_eq!(e.code(), "limit", "{e}");
+    assert!(e.message().contains("100 deep"), "{e}");
+    events.under(1).publish(&nested(100)).unwrap();
+    match it.next() {
+        Some(Ok(Delivery::Message(m))) => assert_eq!(m.value, nested(100)),
+        other => panic!("expected the accepted message, got {other:?}"),
+    }
+}

@@ -48,8 +48,8 @@ func encode[T any](v T) ([]byte, error) {
 // waits for it (up to the request timeout, 10 s, and 8 MiB of waiting
 // publishes), then leaves in order (STORE-02).
 //
-// Errors: [tinystore.ErrLimit] when v's JSON is over 1 MiB (nothing is
-// published), [tinystore.ErrInvalid] for a key out of rule or a value JSON
+// Errors: [tinystore.ErrLimit] when v's JSON is over 1 MiB or nests arrays
+// and objects over 100 deep (nothing is published), [tinystore.ErrInvalid] for a key out of rule or a value JSON
 // cannot carry, [tinystore.ErrClosed] once the store was closed,
 // [tinystore.ErrUnavailable] when the store stayed out of reach past the
 // request timeout (nothing published) or the connection was cut before the
@@ -124,7 +124,7 @@ func (b *TxBranch[T]) Under(key any) *TxBranch[T] {
 // Publish holds v for the branch until the transaction commits; a rollback
 // (or an error returned by the transaction's function) drops it (CHAN-03).
 //
-// Errors, checked now: [tinystore.ErrLimit] (over 1 MiB),
+// Errors, checked now: [tinystore.ErrLimit] (over 1 MiB, or nested over 100 deep),
 // [tinystore.ErrInvalid] (a key out of rule, the transaction already ended,
 // a channel of another store than the transaction's database: its commit
 // publishes to that store).

@@ -55,7 +55,7 @@ class Branch(Generic[T]):
 
         Raises at once, with nothing published: ``InvalidError`` for a
         value not of a typed channel's type, ``LimitError`` for a message
-        over 1 MiB of JSON, ``TypeError`` or ``ValueError`` for a value JSON
+        over 1 MiB of JSON or nesting lists and dicts over 100 deep, ``TypeError`` or ``ValueError`` for a value JSON
         cannot carry, ``ClosedError`` once the store is closed.
 
         Connected, a publish made while the connection is being

@@ -67,7 +67,7 @@ class InvalidError(Error, ValueError):
 
 
 class LimitError(Error, ValueError):
-    """A limit was reached: a message over 1 MiB, 10,000 subscriptions, ... Code ``limit``."""
+    """A limit was reached: a message over 1 MiB or nested over 100 deep, 10,000 subscriptions, ... Code ``limit``."""
 
     code = "limit"
 

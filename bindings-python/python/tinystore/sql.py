@@ -175,7 +175,8 @@ class TxBranch(Generic[T]):
 
     async def publish(self, value: T) -> None:
         """Publishes ``value`` when the transaction commits, nothing if it
-        rolls back. Checked now: ``LimitError`` over 1 MiB, ``TypeError`` for a
+        rolls back. Checked now: ``LimitError`` over 1 MiB or
+        nested over 100 deep, ``TypeError`` for a
         value JSON cannot carry."""
         b = self._branch
         await _aio.result(self._tx.publish(b._native, b._codec.encode(value)))

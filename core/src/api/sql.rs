@@ -660,7 +660,7 @@ impl<'t, T: Serialize> TxBranch<'t, T> {
         TxBranch { tx: self.tx, branch: self.branch.under(key) }
     }
     /// Publishes `value` when the transaction commits; nothing if it rolls
-    /// back. Errors now: `limit` (over 1 MiB), `invalid`.
+    /// back. Errors now: `limit` (over 1 MiB, or nested over 100 deep), `invalid`.
     pub fn publish(&self, value: &T) -> Result<()> {
         let data = crate::api::channels::json_bytes(value)?;
         self.tx.publish_raw(self.branch.store(), self.branch.channel(), self.branch.path(), data)

@@ -6,6 +6,9 @@ use crate::base::error::{Error, Result};
 
 /// The largest message a channel takes: 1 MiB of JSON.
 pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
+/// A message nests arrays and objects at most 100 deep: every binding's
+/// decoder reads that (serde_json, the Rust API's and the wire's, stops at 127).
+pub const MAX_MESSAGE_DEPTH: usize = 100;
 /// A branch's log keeps at most its newest 1,024 messages...
 pub const BRANCH_LOG_MESSAGES: usize = 1024;
 /// ...and at most 4 MiB of them.

@@ -24,7 +24,7 @@ pub use self::subscription::{Event, Missed, MissedReason};
 pub(crate) use self::subscription::LocalSubscription;
 use crate::base::error::{Error, Result};
 use crate::base::key::Key;
-use crate::base::limits::{MAX_MESSAGE_BYTES, MAX_SUBSCRIPTIONS, STORE_CHANNEL_BYTES};
+use crate::base::limits::{MAX_MESSAGE_BYTES, MAX_MESSAGE_DEPTH, MAX_SUBSCRIPTIONS, STORE_CHANNEL_BYTES};
 
 /// How long a branch with no subscriber keeps its sequence numbers, so a
 /// subscriber that comes back (a reconnect) learns what it missed.
@@ -296,7 +296,7 @@ impl Channels {
     }
 }
 
-/// Checks a message's size: 1 MiB at most.
+/// Checks a message's size, 1 MiB at most, and its nesting, 100 deep at most.
 pub(crate) fn check_message(data: &[u8]) -> Result<()> {
     if data.len() > MAX_MESSAGE_BYTES {
         return Err(Error::limit(format!(
@@ -304,5 +304,62 @@ pub(crate) fn check_message(data: &[u8]) -> Result<()> {
             data.len()
         )));
     }
+    if let Some(at) = nested_too_deep(data) {
+        return Err(Error::limit(format!(
+            "a message nests arrays and objects at most {MAX_MESSAGE_DEPTH} deep, so that every language's decoder reads it; this one goes deeper at byte {at}: flatten it, or publish an id and keep the data in the database"
+        )));
+    }
     Ok(())
+}
+
+/// The byte where `data` (JSON) opens an array or object past
+/// [`MAX_MESSAGE_DEPTH`] levels, if it does.
+fn nested_too_deep(data: &[u8]) -> Option<usize> {
+    // Each level takes an opening and a closing byte, and a message with no
+    // more openings than the limit cannot pass it: most never get scanned.
+    if data.len() <= 2 * MAX_MESSAGE_DEPTH || data.iter().filter(|&&b| b == b'[' || b == b'{').count() <= MAX_MESSAGE_DEPTH {
+        return None;
+    }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (at, &b) in data.iter().enumerate() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_MESSAGE_DEPTH {
+                    return Some(at);
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An escaped quote does not end a string, so the brackets after it
+    /// inside the string are not nesting; the ones outside are.
+    #[test]
+    fn chan_07_nesting_counts_brackets_outside_strings_only() {
+        let message = |inner: usize| format!(r#"["\"{}", {}{}]"#, "]".repeat(200), "[".repeat(inner), "]".repeat(inner)).into_bytes();
+        assert_eq!(check_message(&message(99)).map_err(|e| e.to_string()), Ok(()));
+        let e = check_message(&message(100)).unwrap_err();
+        assert_eq!(e.code(), "limit");
+        assert!(e.message().contains("at byte 306"), "{e}");
+        let objects = format!("{}{}", r#"{"k":"#.repeat(101), "}".repeat(101)).into_bytes();
+        assert_eq!(nested_too_deep(&objects), Some(5 * 100));
+    }
 }
