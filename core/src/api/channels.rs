@@ -4,8 +4,8 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -328,6 +328,7 @@ async fn deliver<T: DeserializeOwned + Send + 'static>(ctl: Arc<Control<T>>) {
             // branch's log for a burst, not one per message), newest first:
             // the next is popped off the end, and the vector is kept.
             let mut ready: Vec<Event> = Vec::new();
+            let mut gathering = false;
             while let Some(ev) = next {
                 let mut h = c.handlers.lock();
                 if c.stopped.load(Ordering::Acquire) {
@@ -336,7 +337,14 @@ async fn deliver<T: DeserializeOwned + Send + 'static>(ctl: Arc<Control<T>>) {
                 h.run(ev);
                 drop(h);
                 next = ready.pop().or_else(|| {
+                    if gathering && let Some(_one) = Few::enter(&GATHERERS, 1) {
+                        let until = Instant::now() + GATHER;
+                        while Instant::now() < until {
+                            std::thread::yield_now();
+                        }
+                    }
                     c.raw.read_ready(&mut ready, READY_BATCH);
+                    gathering = (1..FEW_READY).contains(&ready.len());
                     ready.reverse();
                     ready.pop()
                 });
@@ -344,7 +352,7 @@ async fn deliver<T: DeserializeOwned + Send + 'static>(ctl: Arc<Control<T>>) {
                     // Stay on this thread a moment: a busy branch then costs
                     // no hand-off per message. Only a couple of threads may
                     // wait so, or many subscriptions would thrash the cores.
-                    let _hot = HotWait::enter()?;
+                    let _hot = Few::enter(&HOT_WAITERS, 2)?;
                     runtime::handle().block_on(async {
                         tokio::time::timeout(Duration::from_millis(2), c.raw.next()).await.ok().flatten()
                     })
@@ -397,25 +405,40 @@ impl<T: DeserializeOwned> Handlers<T> {
 /// At most this many events are taken from a subscription at once for its handler.
 const READY_BATCH: usize = 256;
 
+/// A delivery thread whose last read brought a few messages (fewer than
+/// this) keeps up with its publisher message by message...
+const FEW_READY: usize = 8;
+
+/// ...so it waits this long, yielding its core, before it reads again: it
+/// then takes the branch's lock once for several messages, not in turn with
+/// the publisher for each, which made a publish with one fast subscriber
+/// three times slower (docs/performance.md, 7 December).
+const GATHER: Duration = Duration::from_micros(2);
+
 /// Delivery threads waiting a moment for their subscription's next message.
-static HOT_WAITERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static HOT_WAITERS: AtomicUsize = AtomicUsize::new(0);
 
-struct HotWait;
+/// Delivery threads gathering messages (see [`GATHER`]).
+static GATHERERS: AtomicUsize = AtomicUsize::new(0);
 
-impl HotWait {
-    fn enter() -> Option<HotWait> {
-        if HOT_WAITERS.fetch_add(1, Ordering::AcqRel) < 2 {
-            Some(HotWait)
+/// One of the few threads let wait on a core at once: many would thrash
+/// the cores, and keep the threads with work off them.
+struct Few(&'static AtomicUsize);
+
+impl Few {
+    fn enter(count: &'static AtomicUsize, max: usize) -> Option<Few> {
+        if count.fetch_add(1, Ordering::AcqRel) < max {
+            Some(Few(count))
         } else {
-            HOT_WAITERS.fetch_sub(1, Ordering::AcqRel);
+            count.fetch_sub(1, Ordering::AcqRel);
             None
         }
     }
 }
 
-impl Drop for HotWait {
+impl Drop for Few {
     fn drop(&mut self) {
-        HOT_WAITERS.fetch_sub(1, Ordering::AcqRel);
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
