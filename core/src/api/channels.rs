@@ -329,6 +329,7 @@ async fn deliver<T: DeserializeOwned + Send + 'static>(ctl: Arc<Control<T>>) {
             // the next is popped off the end, and the vector is kept.
             let mut ready: Vec<Event> = Vec::new();
             let mut gathering = false;
+            let mut gather = Gather::default();
             while let Some(ev) = next {
                 let mut h = c.handlers.lock();
                 if c.stopped.load(Ordering::Acquire) {
@@ -337,13 +338,11 @@ async fn deliver<T: DeserializeOwned + Send + 'static>(ctl: Arc<Control<T>>) {
                 h.run(ev);
                 drop(h);
                 next = ready.pop().or_else(|| {
-                    if gathering && let Some(_one) = Few::enter(&GATHERERS, 1) {
-                        let until = Instant::now() + GATHER;
-                        while Instant::now() < until {
-                            std::thread::yield_now();
-                        }
-                    }
+                    let gathered = gathering && gather.try_wait();
                     c.raw.read_ready(&mut ready, READY_BATCH);
+                    if gathered {
+                        gather.found(ready.len());
+                    }
                     gathering = (1..FEW_READY).contains(&ready.len());
                     ready.reverse();
                     ready.pop()
@@ -414,6 +413,43 @@ const FEW_READY: usize = 8;
 /// the publisher for each, which made a publish with one fast subscriber
 /// three times slower (docs/performance.md, 7 December).
 const GATHER: Duration = Duration::from_micros(2);
+
+/// Whether a delivery thread waits for [`GATHER`] before its next read: not
+/// while its last waits gathered few (a branch with a message every few
+/// microseconds, where a wait is a core's time spent for nothing), then
+/// again after 1, 2, 4 ... up to 256 reads.
+#[derive(Default)]
+struct Gather {
+    skip: u32,
+    backoff: u32,
+}
+
+impl Gather {
+    /// Waits for [`GATHER`] (yielding the core) unless backing off, or
+    /// another thread gathers; true when it waited.
+    fn try_wait(&mut self) -> bool {
+        if self.skip > 0 {
+            self.skip -= 1;
+            return false;
+        }
+        let Some(_one) = Few::enter(&GATHERERS, 1) else { return false };
+        let until = Instant::now() + GATHER;
+        while Instant::now() < until {
+            std::thread::yield_now();
+        }
+        true
+    }
+
+    /// The read after a wait brought `n` messages.
+    fn found(&mut self, n: usize) {
+        if n >= FEW_READY / 2 {
+            self.backoff = 0;
+        } else {
+            self.backoff = (self.backoff * 2).clamp(1, 256);
+            self.skip = self.backoff;
+        }
+    }
+}
 
 /// Delivery threads waiting a moment for their subscription's next message.
 static HOT_WAITERS: AtomicUsize = AtomicUsize::new(0);
