@@ -517,3 +517,40 @@ fn chan_07_a_message_nested_deeper_than_100_is_refused_and_nothing_is_published(
         other => panic!("expected the accepted message, got {other:?}"),
     }
 }
+
+/// CHAN-05: two handlers that each stop the other's subscription, both
+/// running at once, both return (each `stop` waited for the other's handler,
+/// which waited in its own `stop`, forever); neither handler is called again.
+#[test]
+fn chan_05_two_handlers_that_stop_each_other_both_return() {
+    let (store, _d) = common::store();
+    let events = store.channel::<u64>("c").open().unwrap();
+    let subs: Arc<[std::sync::OnceLock<tinystore::Subscription>; 2]> = Arc::new([std::sync::OnceLock::new(), std::sync::OnceLock::new()]);
+    let both_running = Arc::new(std::sync::Barrier::new(2));
+    let calls = Arc::new(AtomicU64::new(0));
+    let (returned_tx, returned) = mpsc::channel();
+    for me in 0..2 {
+        let (others, both_running, calls, returned_tx) = (subs.clone(), both_running.clone(), calls.clone(), returned_tx.clone());
+        let sub = events
+            .under(me as i64)
+            .subscribe(move |_| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                both_running.wait();
+                others[1 - me].get().expect("both subscribed before the first publish").stop();
+                returned_tx.send(me).unwrap();
+            })
+            .unwrap();
+        assert!(subs[me].set(sub).is_ok());
+    }
+    events.under(0).publish(&1).unwrap();
+    events.under(1).publish(&1).unwrap();
+    let mut done: Vec<usize> = (0..2).filter_map(|_| returned.recv_timeout(Duration::from_secs(5)).ok()).collect();
+    done.sort();
+    assert_eq!(done, vec![0, 1], "each handler's stop of the other returned");
+    events.under(0).publish(&2).unwrap();
+    events.under(1).publish(&2).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "neither handler was called after the other stopped it");
+    subs[0].get().unwrap().stop();
+    subs[1].get().unwrap().stop();
+}

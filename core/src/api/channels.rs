@@ -498,9 +498,12 @@ impl<T: Send + 'static> Stoppable for Control<T> {
     fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
         self.raw.stop();
-        let me = self as *const Control<T> as *const () as usize;
-        if DELIVERING.with(|d| d.get()) != me {
-            // Wait for a handler that is running now, so none runs after we return.
+        // Outside every handler, wait for a call running now, so none runs
+        // after we return. Inside a handler (this subscription's or
+        // another's) do not: its own call would wait for itself, and two
+        // handlers that stop each other would wait for each other forever.
+        // No call starts after `stopped` is set either way (CHAN-05).
+        if DELIVERING.with(|d| d.get()) == 0 {
             drop(self.handlers.lock());
         }
     }
@@ -515,8 +518,11 @@ pub struct Subscription {
 
 impl Subscription {
     /// Stops the subscription: after this returns, its handler is never
-    /// called again (CHAN-05). Safe from inside the handler, twice, or after
-    /// the store closed.
+    /// called again (CHAN-05), and, called outside every handler, no call
+    /// of it is still running. Safe from inside the handler, twice, or after
+    /// the store closed. From inside another subscription's handler it does
+    /// not wait for a call of this one already running (two handlers that
+    /// stop each other would wait forever).
     pub fn stop(&self) {
         if let Some(c) = &self.ctl {
             c.stop();
