@@ -1220,3 +1220,36 @@ fn chan_07_connected_message_nested_deeper_than_100_is_refused_as_owned() {
         other => panic!("expected the accepted message, got {other:?}"),
     }
 }
+
+/// CHAN-07: raw bytes that are not one JSON value are refused with
+/// `invalid` when published, owned as connected and inside a transaction,
+/// and nothing of them reaches a subscriber (an owned store took them, and
+/// its subscribers failed to decode them; a connected transaction took them
+/// and failed only at its commit).
+#[test]
+fn chan_07_raw_bytes_that_are_not_one_json_value_are_refused_owned_as_connected() {
+    let (owner, client, _d) = owner_and_client();
+    let mut it = owner.channel::<serde_json::Value>("c").open().unwrap().under(1).messages().unwrap();
+    let not_json: [&[u8]; 4] = [b"[[[", b"{\"a\":1} 2", b"{'a':1}", b"\xff\"x\""];
+    for store in [&owner, &client] {
+        for bad in not_json {
+            let e = runtime::block_on(store.publish_raw("c", &[Key::from(1)], bad.into())).unwrap_err();
+            assert_eq!(e.code(), "invalid", "{e}");
+            assert!(e.message().contains("one JSON value") || e.message().contains("UTF-8"), "{e}");
+        }
+        let db = store.database("d").open().unwrap();
+        let tx = db.begin().unwrap();
+        assert_eq!(tx.publish_raw(store, "c", &[Key::from(1)], b"[[[".to_vec().into()).unwrap_err().code(), "invalid");
+        tx.publish_raw(store, "c", &[Key::from(1)], b"\"in a transaction\"".to_vec().into()).unwrap();
+        tx.commit().unwrap();
+        runtime::block_on(store.publish_raw("c", &[Key::from(1)], b" 7 ".to_vec().into())).unwrap();
+    }
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        match it.next() {
+            Some(Ok(Delivery::Message(m))) => got.push(m.value),
+            other => panic!("expected the accepted messages only, got {other:?}"),
+        }
+    }
+    assert_eq!(got, vec![serde_json::json!("in a transaction"), serde_json::json!(7), serde_json::json!("in a transaction"), serde_json::json!(7)]);
+}

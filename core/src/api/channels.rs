@@ -150,7 +150,7 @@ impl<T: Serialize> Branch<T> {
     /// over 1 MiB of JSON or nested over 100 deep (nothing is published), `invalid` for a key out of
     /// rule, `closed` for a closed store.
     pub fn publish(&self, value: &T) -> Result<()> {
-        self.store.publish_raw(&self.channel, &self.path, json_bytes(value)?).wait()
+        self.store.publish_serialized(&self.channel, &self.path, json_bytes(value)?).wait()
     }
 }
 

@@ -20,7 +20,7 @@ pub use rusqlite::types::Value as SqlValue;
 
 use crate::api::channels::{Branch, Channel};
 use crate::api::outbox::{self, Outbox};
-use crate::engine::channels::check_message;
+use crate::engine::channels::{check_json, check_message};
 use crate::engine::tickets::Held;
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::key::Key;
@@ -475,8 +475,16 @@ impl Tx {
 
     /// Holds JSON bytes for `branch` of `channel` of `store` until the
     /// commit (the bindings' boundary). Checked now: `invalid` (also for a
-    /// store other than the database's), `limit`.
+    /// store other than the database's, or `data` not one JSON value), `limit`.
     pub fn publish_raw(&self, store: &Store, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
+        check_message(&data)?;
+        // Checked now even connected: its client would refuse it only at the commit.
+        check_json(&data)?;
+        self.publish_serialized(store, channel, branch, data)
+    }
+
+    /// [`Tx::publish_raw`] of bytes serde made: one JSON value already.
+    pub(crate) fn publish_serialized(&self, store: &Store, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
         self.check_store(store)?;
         check_name("channel", channel)?;
         branch.iter().try_for_each(Key::check)?;
@@ -663,7 +671,7 @@ impl<'t, T: Serialize> TxBranch<'t, T> {
     /// back. Errors now: `limit` (over 1 MiB, or nested over 100 deep), `invalid`.
     pub fn publish(&self, value: &T) -> Result<()> {
         let data = crate::api::channels::json_bytes(value)?;
-        self.tx.publish_raw(self.branch.store(), self.branch.channel(), self.branch.path(), data)
+        self.tx.publish_serialized(self.branch.store(), self.branch.channel(), self.branch.path(), data)
     }
 }
 

@@ -14,7 +14,7 @@ use crate::api::subscription::RawSubscription;
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::key::Key;
 use crate::base::limits::check_name;
-use crate::engine::channels::{Resume, Scope};
+use crate::engine::channels::{Resume, Scope, check_json};
 use crate::engine::{Engine, StoreStatus};
 use crate::net::client::{Client, TakenOver, Takeover};
 use crate::net::etcd::{Etcd, EtcdAddress, EtcdOptions};
@@ -558,15 +558,31 @@ impl Store {
     /// the future resolves once the store has it. Connected, while the
     /// connection is re-established it waits in the client, in order (up to
     /// the request timeout and 8 MiB: STORE-02). Errors: `invalid` (name or
-    /// key out of rule), `limit` (over 1 MiB, or nested over 100 deep), `closed` (this store was
+    /// key out of rule, or `data` not one JSON value), `limit` (over 1 MiB,
+    /// or nested over 100 deep), `closed` (this store was
     /// closed), `unavailable` (connected: the store stayed out of reach past
     /// the request timeout, or the connection was cut before its answer).
     pub fn publish_raw(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Publish {
+        match self.check_raw(&data) {
+            Err(e) => Publish::done(Err(e)),
+            Ok(()) => self.publish_serialized(channel, branch, data),
+        }
+    }
+
+    /// [`Store::publish_raw`] of bytes a JSON encoder made (serde's): one
+    /// JSON value already.
+    pub(crate) fn publish_serialized(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Publish {
         let checked = self.check_open().and_then(|_| check_name("channel", channel)).and_then(|_| branch.iter().try_for_each(Key::check));
         match checked {
             Err(e) => Publish::done(Err(e)),
             Ok(()) => self.inner.backend.publish(channel, branch, data),
         }
+    }
+
+    /// Raw bytes are one JSON value, checked here unless the backend checks
+    /// them itself (a connected client does, as it writes them in its frame).
+    pub(crate) fn check_raw(&self, data: &[u8]) -> Result<()> {
+        if self.inner.backend.checks_json() { Ok(()) } else { check_json(data) }
     }
 
     /// [`Store::publish_raw`] for an event loop of a binding: `done` is
@@ -587,7 +603,7 @@ impl Store {
         done: impl FnOnce(Result<()>) + Send + 'static,
     ) -> Option<Result<()>> {
         let checked = self.check_open().and_then(|_| check_name("channel", channel)).and_then(|_| branch.iter().try_for_each(Key::check));
-        if let Err(e) = checked {
+        if let Err(e) = checked.and_then(|_| self.check_raw(data)) {
             return Some(Err(e));
         }
         // Boxed only by a backend that keeps it: the owned one answers at once.

@@ -57,6 +57,10 @@ impl Backend for Connected {
         }
     }
 
+    fn checks_json(&self) -> bool {
+        true
+    }
+
     fn take_ticket(&self, channels: Vec<Arc<str>>) -> Result<u64> {
         runtime::block_on(self.client.take_ticket(&channels))
     }

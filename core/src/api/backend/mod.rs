@@ -53,6 +53,11 @@ pub(crate) trait Backend: Send + Sync {
     fn epoch(&self) -> u64;
     /// Ok while a publish could leave now (connected: while the connection is up).
     fn check_can_publish(&self) -> Result<()>;
+    /// True when this backend checks that a raw publish's bytes are one
+    /// JSON value itself (so the store does not check them twice).
+    fn checks_json(&self) -> bool {
+        false
+    }
     /// Publishes checked JSON bytes; the future resolves once the store has them.
     fn publish(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Publish;
     /// As [`publish`](Self::publish), the outcome given to the function

@@ -312,6 +312,15 @@ pub(crate) fn check_message(data: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Checks that raw bytes from a caller are one JSON value (UTF-8, with
+/// whitespace around it at most): what every subscriber decodes.
+pub(crate) fn check_json(data: &[u8]) -> Result<()> {
+    match serde_json::from_slice::<serde::de::IgnoredAny>(data) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(Error::invalid(format!("a message is one JSON value (UTF-8 text): {e}; encode it with a JSON encoder"))),
+    }
+}
+
 /// The byte where `data` (JSON) opens an array or object past
 /// [`MAX_MESSAGE_DEPTH`] levels, if it does.
 fn nested_too_deep(data: &[u8]) -> Option<usize> {
