@@ -147,8 +147,8 @@ impl<T> Branch<T> {
 impl<T: Serialize> Branch<T> {
     /// Publishes `value` to this branch and returns once the store has it
     /// (CHAN-02: never waits for a subscriber). Errors: `limit` for a message
-    /// over 1 MiB of JSON or nested over 100 deep (nothing is published), `invalid` for a key out of
-    /// rule, `closed` for a closed store.
+    /// over 1 MiB of JSON or nested over 100 deep (nothing is published),
+    /// `invalid` for a key out of rule, `closed` for a closed store.
     pub fn publish(&self, value: &T) -> Result<()> {
         self.store.publish_serialized(&self.channel, &self.path, json_bytes(value)?).wait()
     }

@@ -559,9 +559,9 @@ impl Store {
     /// connection is re-established it waits in the client, in order (up to
     /// the request timeout and 8 MiB: STORE-02). Errors: `invalid` (name or
     /// key out of rule, or `data` not one JSON value), `limit` (over 1 MiB,
-    /// or nested over 100 deep), `closed` (this store was
-    /// closed), `unavailable` (connected: the store stayed out of reach past
-    /// the request timeout, or the connection was cut before its answer).
+    /// or nested over 100 deep), `closed` (this store was closed),
+    /// `unavailable` (connected: the store stayed out of reach past the
+    /// request timeout, or the connection was cut before its answer).
     pub fn publish_raw(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Publish {
         match self.check_raw(&data) {
             Err(e) => Publish::done(Err(e)),
