@@ -441,7 +441,7 @@ int32_t ts_channel_check(const struct TsStore *s,
 
 /**
  * Publishes `data` (the JSON of a value) to the branch `keys` of
- * `channel`. Errors: `invalid` (name, key), `limit` (over 1 MiB), `closed`,
+ * `channel`. Errors: `invalid` (name, key), `limit` (over 1 MiB, or nested over 100 deep), `closed`,
  * `cancelled`. The caller calls [`ts_completions_try`](crate::completions::ts_completions_try)
  * right after: what this call read for the caller's subscriptions is
  * signalled there, not to [`ts_completions_wait`](crate::completions::ts_completions_wait).
@@ -474,7 +474,7 @@ int32_t ts_publish(const struct TsStore *s,
  * program's many goroutines publishing at once wait in Go, not each in a
  * thread of its own woken per answer (a lone publish is faster with
  * [`ts_publish`], whose thread reads its own answer). Errors: `invalid` (name, key),
- * `limit` (over 1 MiB), `closed`, `unavailable`, `timeout`. After
+ * `limit` (over 1 MiB, or nested over 100 deep), `closed`, `unavailable`, `timeout`. After
  * [`TS_OK`](crate::error::TS_OK) or [`TS_ERR`](crate::error::TS_ERR) the caller calls
  * [`ts_completions_try`](crate::completions::ts_completions_try) right
  * away: what this call read for the caller's subscriptions is signalled
