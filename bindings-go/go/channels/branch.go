@@ -49,8 +49,9 @@ func encode[T any](v T) ([]byte, error) {
 // publishes), then leaves in order (STORE-02).
 //
 // Errors: [tinystore.ErrLimit] when v's JSON is over 1 MiB or nests arrays
-// and objects over 100 deep (nothing is published), [tinystore.ErrInvalid] for a key out of rule or a value JSON
-// cannot carry, [tinystore.ErrClosed] once the store was closed,
+// and objects over 100 deep (nothing is published), [tinystore.ErrInvalid]
+// for a key out of rule or a value JSON cannot carry, [tinystore.ErrClosed]
+// once the store was closed,
 // [tinystore.ErrUnavailable] when the store stayed out of reach past the
 // request timeout (nothing published) or the connection was cut before the
 // owner answered (the message may have been delivered),

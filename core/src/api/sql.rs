@@ -477,18 +477,24 @@ impl Tx {
     /// commit (the bindings' boundary). Checked now: `invalid` (also for a
     /// store other than the database's, or `data` not one JSON value), `limit`.
     pub fn publish_raw(&self, store: &Store, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
-        check_message(&data)?;
-        // Checked now even connected: its client would refuse it only at the commit.
-        check_json(&data)?;
-        self.publish_serialized(store, channel, branch, data)
+        self.hold(store, channel, branch, data, true)
     }
 
     /// [`Tx::publish_raw`] of bytes serde made: one JSON value already.
     pub(crate) fn publish_serialized(&self, store: &Store, channel: &str, branch: &[Key], data: Box<[u8]>) -> Result<()> {
+        self.hold(store, channel, branch, data, false)
+    }
+
+    /// Checks and holds a message; `raw` bytes are checked as JSON too, even
+    /// connected (its client would refuse them only at the commit).
+    fn hold(&self, store: &Store, channel: &str, branch: &[Key], data: Box<[u8]>, raw: bool) -> Result<()> {
         self.check_store(store)?;
         check_name("channel", channel)?;
         branch.iter().try_for_each(Key::check)?;
         check_message(&data)?;
+        if raw {
+            check_json(&data)?;
+        }
         let w = self.w.as_ref().expect("a transaction has its writer until it ends");
         if w.db.outbox.is_some() {
             // In the transaction: a rollback drops it, a commit keeps it.
