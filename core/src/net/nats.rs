@@ -58,7 +58,8 @@ const BATCH_BYTES: usize = 256 << 10;
 /// after two missed heartbeats of half of this.
 const PULL_EXPIRES: Duration = Duration::from_secs(2);
 /// How long a subscription's consumer may be quiet before it is first
-/// checked (then twice as long each time, up to 32 times).
+/// checked (then twice as long each time while it has read everything, up
+/// to 32 times), and how long a check waits for its answer.
 const STALL_CHECK: Duration = Duration::from_secs(2);
 
 /// The `nats=` part of a cluster address.
@@ -1134,11 +1135,99 @@ impl GapCause {
     }
 }
 
+/// When a quiet subscription checks its stream for messages its consumer
+/// did not deliver, and when it decides the consumer is stuck (seen after a
+/// kill -9 of its server): the stream has more for its filter than was
+/// read, twice in a row with no progress.
+#[derive(Default)]
+struct StallWatch {
+    /// The read mark at a check that found the stream ahead of it.
+    stalled_at: Option<u64>,
+    /// Checks since the last message that found everything read.
+    caught_up_checks: u32,
+    /// The last check got no answer (the servers were failing over).
+    unanswered: bool,
+    /// The client's reconnects at the last check...
+    reconnects: u64,
+    /// ...and the checks still made every 2 s since they last changed.
+    wary_checks: u32,
+}
+
+/// Checks made every 2 s after the client reconnected: a consumer can be
+/// left stuck by the failover while its branch is idle, and be found so
+/// only once the branch is published to again.
+const WARY_CHECKS: u32 = 15;
+
+impl StallWatch {
+    fn new(reconnects: u64) -> StallWatch {
+        StallWatch { reconnects, ..StallWatch::default() }
+    }
+
+    /// A message came: the consumer delivers (a reconnect still keeps the
+    /// checks frequent).
+    fn progressed(&mut self) {
+        *self = StallWatch { reconnects: self.reconnects, wary_checks: self.wary_checks, ..StallWatch::default() };
+    }
+
+    /// How long to wait for a message before the next check.
+    fn wait(&self) -> Duration {
+        // A suspected stall is confirmed, an unanswered check tried again,
+        // and a reconnected subscription checked, after 2 s: backing off
+        // there kept a branch silent for over a minute after a failover.
+        // Otherwise every 2 s of quiet at first, then less often (up to
+        // every 64 s), so idle subscriptions cost the servers little.
+        if self.stalled_at.is_some() || self.unanswered || self.wary_checks > 0 {
+            return STALL_CHECK;
+        }
+        STALL_CHECK * (1 << self.caught_up_checks.min(5))
+    }
+
+    /// A check's outcome: `last`, the stream's newest message for the
+    /// filter (`None` when the servers did not answer), against `upto`, the
+    /// newest read, with the client's `reconnects` now. True when the
+    /// consumer is stuck and must be made again.
+    fn checked(&mut self, upto: u64, last: Option<u64>, reconnects: u64) -> bool {
+        if reconnects != self.reconnects {
+            self.reconnects = reconnects;
+            self.wary_checks = WARY_CHECKS;
+            self.caught_up_checks = 0;
+        }
+        self.unanswered = last.is_none();
+        match last {
+            None => false,
+            Some(last) if last > upto => {
+                if self.stalled_at == Some(upto) {
+                    self.stalled_at = None;
+                    return true;
+                }
+                self.stalled_at = Some(upto);
+                false
+            }
+            Some(_) => {
+                self.stalled_at = None;
+                if self.wary_checks > 0 {
+                    self.wary_checks -= 1;
+                } else {
+                    self.caught_up_checks += 1;
+                }
+                false
+            }
+        }
+    }
+}
+
+/// How long the `tries`-th attempt in a row to make a subscription's
+/// consumer again may take: 2 s for the first 5, then twice as long every 5
+/// (up to 16 s), so a server too busy to answer within 2 s is not flooded.
+fn remake_timeout(tries: u32) -> Duration {
+    STALL_CHECK * (1 << (tries / 5).min(3))
+}
+
 impl Reader {
     async fn run(mut self, messages: consumer::pull::Ordered, shared: Arc<SubShared>) {
         let mut messages = Some(messages);
-        let mut stalled_at: Option<u64> = None;
-        let mut quiet_checks: u32 = 0;
+        let mut watch = StallWatch::new(self.reconnects.load(Ordering::Acquire));
+        let mut remake_tries: u32 = 0;
         loop {
             if shared.state.lock().stopped {
                 return;
@@ -1150,13 +1239,23 @@ impl Reader {
                 let from = shared.read_upto.load(Ordering::Acquire) + 1;
                 let config = consumer::pull::OrderedConfig { deliver_policy: consumer::DeliverPolicy::ByStartSequence { start_sequence: from.max(self.start) }, ..self.config.clone() };
                 let made = async { self.stream.create_consumer(config).await.map_err(|e| e.to_string())?.messages().await.map_err(|e| e.to_string()) };
+                // While the stream has no leader (its server was killed) a
+                // request goes unanswered: tried again every 2 s at first, not
+                // once per request timeout, so the branch resumes soon after
+                // the election.
+                let made = tokio::time::timeout(remake_timeout(remake_tries), made);
                 tokio::select! {
                     r = made => match r {
-                        Ok(m) => {
+                        Ok(Ok(m)) => {
                             messages = Some(m);
                             self.cause.remade = true;
+                            remake_tries = 0;
                         }
-                        Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                        Ok(Err(_)) => {
+                            remake_tries += 1;
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                        Err(_) => remake_tries += 1,
                     },
                     _ = shared.stop.notified() => return,
                 }
@@ -1165,27 +1264,16 @@ impl Reader {
             let next = tokio::select! {
                 m = ms.next() => m,
                 _ = shared.stop.notified() => return,
-                // Checked every 2 s of quiet at first, then less often (up
-                // to every 64 s), so idle subscriptions cost the servers little.
-                _ = tokio::time::sleep(STALL_CHECK * (1 << quiet_checks.min(5))) => {
-                    quiet_checks += 1;
-                    // Quiet: if the stream has more for this filter than was
-                    // read, twice in a row with no progress, the consumer is
-                    // stuck (seen after a kill -9 of its server): make it again.
+                _ = tokio::time::sleep(watch.wait()) => {
                     let upto = shared.read_upto.load(Ordering::Acquire);
-                    if matches!(last_of(&self.stream, &self.config.filter_subject).await, Ok((last, _)) if last > upto) {
-                        if stalled_at == Some(upto) {
-                            messages = None;
-                            stalled_at = None;
-                        } else {
-                            stalled_at = Some(upto);
-                        }
+                    let last = tokio::time::timeout(STALL_CHECK, last_of(&self.stream, &self.config.filter_subject)).await;
+                    if watch.checked(upto, last.ok().and_then(|r| r.ok()).map(|(last, _)| last), self.reconnects.load(Ordering::Acquire)) {
+                        messages = None;
                     }
                     continue;
                 }
             };
-            stalled_at = None;
-            quiet_checks = 0;
+            watch.progressed();
             match next {
                 Some(Ok(m)) => {
                     if let Some(events) = self.take(&m) {
@@ -1361,6 +1449,91 @@ mod tests {
         assert_eq!(n.subject("chat", &[Key::from(7)]), n.subject("chat", &[Key::from("7")]), "7 and \"7\" are one key (CHAN-06)");
         assert_ne!(n.subject("chat", &[Key::from("a"), Key::from("b")]), n.subject("chat", &[Key::from("a.b")]));
         assert_eq!(n.stream("chat_x"), "ts-team_2Fapp-chat_5Fx");
+    }
+
+    /// Seconds from a quiet subscription's last message until its stuck
+    /// consumer is made again, when its first `unanswered` checks get no
+    /// answer (each waiting out its timeout) and the next find the stream
+    /// ahead of it; and when the answers came back.
+    fn stuck_consumer_remade_after(unanswered: u32) -> (u64, u64) {
+        let mut watch = StallWatch::default();
+        let (mut now, mut answers_back) = (Duration::ZERO, Duration::ZERO);
+        for check in 0.. {
+            now += watch.wait();
+            let last = if check < unanswered {
+                now += STALL_CHECK;
+                answers_back = now;
+                None
+            } else {
+                Some(10)
+            };
+            if watch.checked(5, last, 0) {
+                return (now.as_secs(), answers_back.as_secs());
+            }
+            assert!(check < 100, "never made again");
+        }
+        unreachable!()
+    }
+
+    /// CHAN-04: a consumer left stuck by a kill -9 of its server is made
+    /// again within 2 checks of 2 s once the servers answer, however many
+    /// checks went unanswered during the failover (CI once saw a branch
+    /// silent for over 60 s after the kill).
+    #[test]
+    fn chan_04_a_stuck_consumer_is_made_again_within_4_s_of_the_servers_answering() {
+        for unanswered in 0..8 {
+            let (remade, answers_back) = stuck_consumer_remade_after(unanswered);
+            assert!(remade - answers_back <= 4, "{unanswered} unanswered checks: answers back at {answers_back} s, made again at {remade} s");
+        }
+    }
+
+    /// A quiet subscription that has read everything checks less and less
+    /// often, up to every 64 s, so idle subscriptions cost the servers little.
+    #[test]
+    fn a_quiet_subscription_that_read_everything_is_checked_less_and_less_often() {
+        let mut watch = StallWatch::default();
+        let waits: Vec<u64> = (0..8)
+            .map(|_| {
+                let w = watch.wait().as_secs();
+                assert!(!watch.checked(10, Some(10), 0));
+                w
+            })
+            .collect();
+        assert_eq!(waits, [2, 4, 8, 16, 32, 64, 64, 64]);
+        // An unanswered check does not lengthen the next wait.
+        assert!(!watch.checked(10, None, 0));
+        assert_eq!(watch.wait().as_secs(), 2);
+    }
+
+    /// CHAN-04: after the client reconnected, a quiet subscription that has
+    /// read everything is checked every 2 s for 15 checks, messages or not:
+    /// a consumer the failover left stuck on an idle branch is then found
+    /// within 4 s of the branch's next publish, not after a long back-off
+    /// (a test saw 8 s lost so).
+    #[test]
+    fn chan_04_after_a_reconnect_a_quiet_subscription_is_checked_every_2_s_for_a_while() {
+        let mut watch = StallWatch::new(0);
+        for _ in 0..4 {
+            assert!(!watch.checked(10, Some(10), 0));
+        }
+        assert_eq!(watch.wait().as_secs(), 32, "backed off before the reconnect");
+        assert!(!watch.checked(10, Some(10), 1));
+        watch.progressed();
+        let waits: Vec<u64> = (0..16)
+            .map(|_| {
+                let w = watch.wait().as_secs();
+                assert!(!watch.checked(10, Some(10), 1));
+                w
+            })
+            .collect();
+        assert_eq!(waits, [[2; 15].as_slice(), &[4]].concat(), "15 checks every 2 s after the reconnect, then backing off again");
+        // The branch is published to and the consumer stays stuck: made again
+        // at the second check that sees it, 2 s apart.
+        let mut watch = StallWatch::new(0);
+        assert!(!watch.checked(10, Some(10), 1));
+        assert!(!watch.checked(10, Some(11), 1));
+        assert_eq!(watch.wait().as_secs(), 2);
+        assert!(watch.checked(10, Some(11), 1));
     }
 
     /// CHAN-04: the ordered consumer makes itself again after its server
