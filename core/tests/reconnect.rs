@@ -264,3 +264,39 @@ fn store_01_lock_05_a_holder_that_takes_the_store_over_keeps_its_lease() {
     let fence_b = b_lock.hold("K", |l| -> tinystore::Result<tinystore::Fence> { Ok(l.fence()) }).unwrap();
     assert!(fence_b > fence_a && fence_b.epoch() > fence_a.epoch());
 }
+
+/// LOCK-03 and STORE-02: a hold waiting 4 s for a key that stays held
+/// across an owner restart times out after about 4 s in all, and its error
+/// names the wait it was given, not what was left of it when the hold was
+/// sent again to the new owner.
+#[test]
+fn lock_03_store_02_a_wait_across_an_owner_restart_times_out_naming_the_wait_it_was_given() {
+    let d = common::dir();
+    let server = Server::start(d.path());
+    let a = Store::connect(&address(d.path())).unwrap();
+    let a_lock = a.lock("l").ttl(Duration::from_secs(5)).open().unwrap();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        a_lock.hold("K", |_| -> tinystore::Result<()> {
+            held_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            Ok(())
+        })
+    });
+    held_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    let b = Store::connect(&address(d.path())).unwrap();
+    let b_lock = b.lock("l").wait(Duration::from_secs(4)).open().unwrap();
+    let started = Instant::now();
+    let waiter = std::thread::spawn(move || b_lock.hold("K", |_| -> tinystore::Result<()> { Ok(()) }));
+    std::thread::sleep(Duration::from_millis(1500));
+    server.kill_9();
+    let _server2 = Server::start(d.path());
+    let e = waiter.join().unwrap().expect_err("K stayed held by A, re-presented to the new owner");
+    let waited = started.elapsed();
+    go_tx.send(()).unwrap();
+    holder.join().unwrap().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert!(waited >= Duration::from_millis(3900) && waited < Duration::from_secs(7), "timed out after {waited:?}");
+    assert!(e.to_string().contains("wait of 4s"), "names the wait it was given: {e}");
+}

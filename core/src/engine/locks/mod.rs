@@ -459,14 +459,7 @@ impl Table {
     }
 
     fn waited_too_long(&self, key: &Key, wait: Duration) -> Error {
-        Error::new(
-            ErrorKind::Timeout,
-            format!(
-                "key {key} of {:?} stayed held for the whole wait of {}: nothing ran; retry later, or give hold a longer wait",
-                &*self.name,
-                format_duration(wait)
-            ),
-        )
+        waited_too_long(&self.name, key, wait)
     }
 
     /// True while waiter `id` is in line for `key`.
@@ -629,6 +622,18 @@ impl Drop for LeaveQueue<'_> {
         }
     }
 }
+
+/// The `timeout` of a hold whose key stayed held for its whole `wait`.
+pub(crate) fn waited_too_long(lock: &str, key: &Key, wait: Duration) -> Error {
+    Error::new(
+        ErrorKind::Timeout,
+        format!("key {key} of {lock:?} {STAYED_HELD}{}: nothing ran; retry later, or give hold a longer wait", format_duration(wait)),
+    )
+}
+
+/// How [`waited_too_long`]'s message names the wait, so a client that sent
+/// its hold again with what was left of the wait can name the whole wait.
+pub(crate) const STAYED_HELD: &str = "stayed held for the whole wait of ";
 
 #[cfg(test)]
 mod tests {

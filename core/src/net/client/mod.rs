@@ -20,7 +20,7 @@ use crate::engine::channels::{Event, Msg, Scope};
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::fence::Fence;
 use crate::base::key::Key;
-use crate::engine::locks::{Holder, Kind, Terms};
+use crate::engine::locks::{Holder, Kind, STAYED_HELD, Terms, waited_too_long};
 use crate::engine::tickets::Held;
 use crate::runtime;
 use crate::net::socket::{self, Hold, Sink, WriteHalf};
@@ -1223,6 +1223,7 @@ impl Client {
         // The connection is waited for as long as the wait, at least the request timeout.
         let until = started + wait.unwrap_or(Duration::ZERO).max(self.request_timeout());
         let wait_ms = wait.map_or(0, |w| w.as_millis().max(1) as u64);
+        let mut resent = false;
         loop {
             let mut r = Request::new(0, "acquire");
             r.lock = Some(lock.to_owned());
@@ -1270,7 +1271,11 @@ impl Client {
                     }
                     return Ok(Some(handle));
                 }
-                Err(e) if is_disconnected(&e) => continue,
+                Err(e) if is_disconnected(&e) => resent = true,
+                // Sent again with what was left of the wait: the user gave the whole.
+                Err(e) if resent && e.message().contains(STAYED_HELD) && let Some(w) = wait => {
+                    return Err(waited_too_long(lock, key, w));
+                }
                 Err(e) => return Err(e),
             }
         }
