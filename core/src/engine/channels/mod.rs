@@ -127,6 +127,13 @@ impl Channels {
         let (node, parents, recursive) = {
             let chans = self.channels.read();
             let Some(ch) = chans.get(channel) else { return Ok(0) };
+            if ch.recursive == 0 {
+                // No recursive subscription in the channel: the branch's own
+                // log alone, published under the map's read lock (no count
+                // taken on the node, the most common publish's cost).
+                let Some(node) = ch.branches.get(branch) else { return Ok(0) };
+                return Ok(Log::publish(&node.own, &[], node.path.clone(), data));
+            }
             let node = ch.branches.get(branch).cloned();
             let parents: Vec<Arc<Log>> = if ch.recursive > 0 {
                 (0..branch.len()).filter_map(|n| ch.branches.get(&branch[..n])?.tree.lock().clone()).collect()
