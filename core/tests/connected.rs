@@ -1253,3 +1253,23 @@ fn chan_07_raw_bytes_that_are_not_one_json_value_are_refused_owned_as_connected(
     }
     assert_eq!(got, vec![serde_json::json!("in a transaction"), serde_json::json!(7), serde_json::json!("in a transaction"), serde_json::json!(7)]);
 }
+
+/// LOCK-01: a lease dropped on a program's own thread (not the runtime's)
+/// while its owner is gone lets go without a panic, and the key is free
+/// for a holder on the next owner within the lease's ttl.
+#[test]
+fn lock_01_a_lease_dropped_while_its_owner_is_gone_lets_go_without_a_panic() {
+    let (owner, client, d) = owner_and_client();
+    let lock = client.lock_raw("l", Kind::Lock).unwrap();
+    let terms = Terms { ttl: Some(Duration::from_secs(2)), max_hold: None };
+    let lease = runtime::block_on(lock.acquire("k".into(), Holder(0), terms, Duration::from_secs(5))).unwrap();
+    owner.close();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(lease);
+    let next = Store::open(d.path()).unwrap();
+    let started = Instant::now();
+    let other = next.lock_raw("l", Kind::Lock).unwrap();
+    let b = runtime::block_on(other.acquire("k".into(), Holder(1), terms, Duration::from_secs(5))).unwrap();
+    assert!(started.elapsed() < Duration::from_millis(2500), "the key came free after {:?}", started.elapsed());
+    drop(b);
+}

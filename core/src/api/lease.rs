@@ -93,6 +93,8 @@ impl Drop for RawLease {
     /// Lets the key go without waiting (a no-op after `release`): the
     /// release still gets its answer and is retried after a reconnect.
     fn drop(&mut self) {
+        // Inside the runtime: a release made while reconnecting arms its timers.
+        let _rt = runtime::handle().enter();
         let mut done = self.inner.release();
         // Polled once here: an owned release, or one already made, is done.
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
