@@ -38,10 +38,34 @@ pub(crate) struct RemoteLease {
     pub(super) max_deadline: Option<Instant>,
     pub(super) lost: AtomicBool,
     pub(super) released: AtomicBool,
-    pub(super) why: Mutex<Option<String>>,
+    pub(super) why: Mutex<Option<LostWhy>>,
     pub(super) notify: Notify,
     pub(super) on_lost: Mutex<Vec<Box<dyn FnOnce() + Send>>>,
     pub(super) sched: Mutex<Sched>,
+}
+
+/// Why a lease held over the wire was lost.
+pub(super) enum LostWhy {
+    /// Seen by this process (its deadline passed, the owner could not take
+    /// it back): a cause, put in a sentence naming the lease.
+    Cause(String),
+    /// Told by the owner, in a whole sentence of its own (the lease's key,
+    /// lock, fence and cause, and the advice): given as it is.
+    Told(String),
+}
+
+/// The `lost` error's message for the lease `what` ("the lease on key k
+/// (fence f)"): the owner's own sentence when it told, else one made here.
+fn lost_message(what: &str, why: Option<&LostWhy>) -> String {
+    match why {
+        Some(LostWhy::Told(m)) => m.clone(),
+        Some(LostWhy::Cause(why)) => lost_sentence(what, why),
+        None => lost_sentence(what, "it ran out"),
+    }
+}
+
+fn lost_sentence(what: &str, why: &str) -> String {
+    format!("{what} was lost: {why}; another holder may have the key now: check fences where you write, and keep work within the lease")
 }
 
 /// When the lease's next renewal goes out, and the timer armed for it.
@@ -60,7 +84,7 @@ impl runtime::Due for RemoteLease {
         let deadline = *self.deadline.lock();
         if now >= deadline {
             drop(s);
-            self.mark_lost(self.why_past_deadline(now, "the connection was cut or the store stalled"));
+            self.mark_lost(LostWhy::Cause(self.why_past_deadline(now, "the connection was cut or the store stalled")));
             return;
         }
         if now >= s.next_send && self.adopting.load(Ordering::Acquire) {
@@ -156,8 +180,8 @@ impl RemoteLease {
                 self.renewed(sent, Ok(Box::default()));
                 self.kick();
             }
-            Ok(_) => self.mark_lost("the store's new owner did not take it back".into()),
-            Err(e) if e.kind() == ErrorKind::Lost => self.mark_lost(e.message().to_owned()),
+            Ok(_) => self.mark_lost(LostWhy::Cause("the store's new owner did not take it back".into())),
+            Err(e) if e.kind() == ErrorKind::Lost => self.mark_lost(LostWhy::Told(e.message().to_owned())),
             // Cut off: re-presented again on the next connection.
             Err(_) => self.adopting.store(false, Ordering::Release),
         }
@@ -200,7 +224,7 @@ impl RemoteLease {
                 let next = sent + self.ttl - safety(self.ttl);
                 *d = self.max_deadline.map_or(next, |m| m.min(next)).max(*d);
             }
-            Err(e) if e.kind() == ErrorKind::Lost => self.mark_lost(e.message().to_owned()),
+            Err(e) if e.kind() == ErrorKind::Lost => self.mark_lost(LostWhy::Told(e.message().to_owned())),
             Err(_) => {}
         }
     }
@@ -216,7 +240,7 @@ impl RemoteLease {
         }
     }
 
-    pub(super) fn mark_lost(&self, why: String) {
+    pub(super) fn mark_lost(&self, why: LostWhy) {
         if self.released.load(Ordering::Acquire) || self.lost.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -239,10 +263,7 @@ impl RemoteLease {
             Some(f) => format!("the lease on key {} (fence {f})", self.key),
             None => format!("the permit on key {}", self.key),
         };
-        let why = self.why.lock().clone().unwrap_or_else(|| "it ran out".into());
-        Error::lost(format!(
-            "{what} was lost: {why}; another holder may have the key now: check fences where you write, and keep work within the lease"
-        ))
+        Error::lost(lost_message(&what, self.why.lock().as_ref()))
     }
 }
 
@@ -276,7 +297,7 @@ impl RemoteLeaseHandle {
             return true;
         }
         if !l.released.load(Ordering::Acquire) && Instant::now() >= *l.deadline.lock() {
-            l.mark_lost(l.why_past_deadline(Instant::now(), "this process was frozen, or the connection was cut or stalled"));
+            l.mark_lost(LostWhy::Cause(l.why_past_deadline(Instant::now(), "this process was frozen, or the connection was cut or stalled")));
             return true;
         }
         false
@@ -332,5 +353,20 @@ impl RemoteLeaseHandle {
         let first = c.send_release(l.id(), l.fence);
         let (id, fence, key, deadline) = (l.id(), l.fence, l.key.clone(), *l.deadline.lock());
         Box::pin(async move { c.released(first, id, fence, key, deadline).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_05_a_loss_the_owner_told_is_given_in_its_own_words_once() {
+        let told = "the lease on key k of \"l\" (fence 7) was lost because it was not renewed within its ttl of 2s: another holder may have the key now; check fences where you write, and keep work within the lease";
+        let m = lost_message("the lease on key k (fence 7)", Some(&LostWhy::Told(told.into())));
+        assert_eq!(m, told);
+        let m = lost_message("the lease on key k (fence 7)", Some(&LostWhy::Cause("it reached its maxHold".into())));
+        assert_eq!(m.matches("was lost").count(), 1, "{m}");
+        assert!(m.starts_with("the lease on key k (fence 7) was lost: it reached its maxHold;"), "{m}");
     }
 }

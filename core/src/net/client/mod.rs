@@ -812,7 +812,10 @@ impl Client {
             }
             Some("lost") => {
                 if let Some(l) = r.lease.and_then(|id| self.leases.lock().get(&id).cloned()) {
-                    l.mark_lost(r.message.unwrap_or_else(|| "the store says the lease was lost".into()));
+                    l.mark_lost(match r.message {
+                        Some(m) => lease::LostWhy::Told(m),
+                        None => lease::LostWhy::Cause("the store says so".into()),
+                    });
                 }
             }
             _ => {}
@@ -1364,7 +1367,7 @@ impl Client {
         // Taken out first: mark_lost removes the lease from `leases` itself.
         let leases = std::mem::take(&mut *self.leases.lock());
         for l in leases.into_values() {
-            l.mark_lost("the store closed".into());
+            l.mark_lost(lease::LostWhy::Cause("this store handle was closed".into()));
         }
         if let Some(s) = self.owned.lock().take() {
             s.close();

@@ -390,8 +390,11 @@ impl ServedConnection {
         let (id, op) = (r.id, r.op.as_ref());
         self.need_role(Role::Data, "hold keys")?;
         let lid = need(r.lease, op, "lease")?;
+        let fence_named = r.fence.map(|f| format!(" (fence {f})")).unwrap_or_default();
         let not_held = || {
-            Error::lost(format!("lease {lid} is not held: it ran out, was released, or the store restarted; take the key again"))
+            Error::lost(format!(
+                "lease {lid}{fence_named} is not held: it ran out (its ttl or maxHold), was released, or the store's owner restarted; another holder may have the key now: check fences where you write, and take the key again"
+            ))
         };
         let mut leases = self.server.leases.lock();
         let Some(l) = leases.get_mut(&lid) else { return Err(not_held()) };
