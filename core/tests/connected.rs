@@ -1273,3 +1273,34 @@ fn lock_01_a_lease_dropped_while_its_owner_is_gone_lets_go_without_a_panic() {
     assert!(started.elapsed() < Duration::from_millis(2500), "the key came free after {:?}", started.elapsed());
     drop(b);
 }
+
+/// CHAN-01 and CHAN-07 for a burst given at once (Go's `PublishMany`), in
+/// the owning process and over a connection: every message arrives in
+/// order; a burst with one message over 1 MiB is refused before any leaves,
+/// naming that message, and nothing of it is published.
+#[test]
+fn chan_01_chan_07_a_burst_given_at_once_arrives_in_order_or_not_at_all() {
+    let (owner, client, _d) = owner_and_client();
+    for (who, store) in [("owner", &owner), ("client", &client)] {
+        let events = owner.channel::<u64>("c").open().unwrap();
+        let mut it = events.under(who).messages().unwrap();
+        let branch = [Key::from(who)];
+        let burst: Vec<Box<[u8]>> = (0..200u64).map(|i| i.to_string().into_bytes().into_boxed_slice()).collect();
+        runtime::block_on(store.publish_raw_many("c", &branch, burst)).unwrap();
+        let mut got = Vec::new();
+        while got.len() < 200 {
+            match next_value(&mut it, 2000) {
+                Some(Ok(v)) => got.push(v),
+                other => panic!("{who}: after {} messages got {other:?}", got.len()),
+            }
+        }
+        assert_eq!(got, (0..200).collect::<Vec<_>>(), "{who}");
+        let mut burst: Vec<Box<[u8]>> = (0..5u64).map(|i| i.to_string().into_bytes().into_boxed_slice()).collect();
+        burst[3] = format!("\"{}\"", "x".repeat(1 << 20)).into_bytes().into_boxed_slice();
+        let e = runtime::block_on(store.publish_raw_many("c", &branch, burst)).unwrap_err();
+        assert_eq!(e.code(), "limit", "{who}: {e}");
+        assert!(e.message().starts_with("message 3 of the 5 given: a message is at most 1 MiB"), "{who}: {e}");
+        events.under(who).publish(&999).unwrap();
+        assert_eq!(next_value(&mut it, 2000), Some(Ok(999)), "{who}: nothing of the refused burst was published");
+    }
+}

@@ -14,7 +14,7 @@ use crate::api::subscription::RawSubscription;
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::key::Key;
 use crate::base::limits::check_name;
-use crate::engine::channels::{Resume, Scope, check_json};
+use crate::engine::channels::{Resume, Scope, check_json, check_message};
 use crate::engine::{Engine, StoreStatus};
 use crate::net::client::{Client, TakenOver, Takeover};
 use crate::net::etcd::{Etcd, EtcdAddress, EtcdOptions};
@@ -566,6 +566,33 @@ impl Store {
         match self.check_raw(&data) {
             Err(e) => Publish::done(Err(e)),
             Ok(()) => self.publish_serialized(channel, branch, data),
+        }
+    }
+
+    /// Publishes a burst of JSON values to one branch, in their order, and
+    /// resolves once the store has every one (the bindings' boundary for a
+    /// language without futures of its own, Go's `PublishMany`): they leave
+    /// together, as [`Store::publish_raw`] calls made one after another in
+    /// [`runtime::block_on`] do. Every message is checked before any leaves:
+    /// `invalid` or `limit` (as for `publish_raw`), naming the message by
+    /// its index from 0, and then nothing is published. After they left, the
+    /// first failure, naming its message (`unavailable`, `timeout`,
+    /// `closed`, as for one publish): those before it were published, and
+    /// those after it may still be delivered.
+    pub fn publish_raw_many(&self, channel: &str, branch: &[Key], data: Vec<Box<[u8]>>) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
+        let count = data.len();
+        let named = move |i: usize, e: Error| Error::new(e.kind(), format!("message {i} of the {count} given: {}", e.message()));
+        let checked = self
+            .check_open()
+            .and_then(|_| check_name("channel", channel))
+            .and_then(|_| branch.iter().try_for_each(Key::check))
+            .and_then(|_| data.iter().enumerate().try_for_each(|(i, d)| check_message(d).and_then(|_| self.check_raw(d)).map_err(|e| named(i, e))));
+        let publishes = checked.map(|_| data.into_iter().map(|d| self.publish_serialized(channel, branch, d)).collect::<Vec<_>>());
+        async move {
+            for (i, p) in publishes?.into_iter().enumerate() {
+                p.await.map_err(|e| named(i, e))?;
+            }
+            Ok(())
         }
     }
 
