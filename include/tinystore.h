@@ -463,6 +463,38 @@ int32_t ts_publish(const struct TsStore *s,
                    struct TsError **err);
 
 /**
+ * Publishes `count` messages (JSON values) to the branch `keys` of
+ * `channel`, in order, and returns once the store has every one: message
+ * `i` is the `lens[i]` bytes of `data` after the messages before it. They
+ * leave together (one write when connected). Errors: `invalid` (name,
+ * key, a message not JSON) and `limit` (a message over 1 MiB, or nested
+ * over 100 deep), both naming the message and checked before any leaves
+ * (nothing is published); then the first failure, naming its message:
+ * `closed`, `unavailable`, `timeout` (those after it may still be
+ * delivered); `cancelled`. The caller calls
+ * [`ts_completions_try`](crate::completions::ts_completions_try) right after,
+ * as after [`ts_publish`].
+ *
+ * # Safety
+ * `s` and `cancel` (or null) are live; `(channel, channel_len)`, `(keys, nkeys)`,
+ * `(buf, buf_len)`, `(data, data_len)` and `(lens, count)` readable; the
+ * lengths add up to at most `data_len`; `err` writable.
+ */
+int32_t ts_publish_many(const struct TsStore *s,
+                        const uint8_t *channel,
+                        size_t channel_len,
+                        const struct TsValue *keys,
+                        size_t nkeys,
+                        const uint8_t *buf,
+                        size_t buf_len,
+                        const uint8_t *data,
+                        size_t data_len,
+                        const size_t *lens,
+                        size_t count,
+                        const struct TsCancel *cancel,
+                        struct TsError **err);
+
+/**
  * Publishes `data` (the JSON of a value) to the branch `keys` of
  * `channel`, without waiting for the owner's answer: [`TS_OK`](crate::error::TS_OK) or
  * [`TS_ERR`](crate::error::TS_ERR) when the publish ended within the call (always in the owning

@@ -60,6 +60,55 @@ pub unsafe extern "C" fn ts_publish(
     })
 }
 
+/// Publishes `count` messages (JSON values) to the branch `keys` of
+/// `channel`, in order, and returns once the store has every one: message
+/// `i` is the `lens[i]` bytes of `data` after the messages before it. They
+/// leave together (one write when connected). Errors: `invalid` (name,
+/// key, a message not JSON) and `limit` (a message over 1 MiB, or nested
+/// over 100 deep), both naming the message and checked before any leaves
+/// (nothing is published); then the first failure, naming its message:
+/// `closed`, `unavailable`, `timeout` (those after it may still be
+/// delivered); `cancelled`. The caller calls
+/// [`ts_completions_try`](crate::completions::ts_completions_try) right after,
+/// as after [`ts_publish`].
+///
+/// # Safety
+/// `s` and `cancel` (or null) are live; `(channel, channel_len)`, `(keys, nkeys)`,
+/// `(buf, buf_len)`, `(data, data_len)` and `(lens, count)` readable; the
+/// lengths add up to at most `data_len`; `err` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ts_publish_many(
+    s: *const TsStore,
+    channel: *const u8,
+    channel_len: usize,
+    keys: *const TsValue,
+    nkeys: usize,
+    buf: *const u8,
+    buf_len: usize,
+    data: *const u8,
+    data_len: usize,
+    lens: *const usize,
+    count: usize,
+    cancel: *const TsCancel,
+    err: *mut *mut TsError,
+) -> i32 {
+    call(err, || {
+        let s = unsafe { &*s };
+        let channel = unsafe { text(channel, channel_len) }?;
+        let keys = unsafe { Values::new(keys, nkeys, buf, buf_len) }.keys()?;
+        let mut data = unsafe { bytes(data, data_len) };
+        let lens: &[usize] = if count == 0 { &[] } else { unsafe { std::slice::from_raw_parts(lens, count) } };
+        let mut messages = Vec::with_capacity(count);
+        for &n in lens {
+            let (one, rest) = data.split_at_checked(n).ok_or_else(|| tinystore::Error::new(tinystore::ErrorKind::Invalid, "the messages' lengths add up to more than their data"))?;
+            messages.push(Box::<[u8]>::from(one));
+            data = rest;
+        }
+        // The caller takes the tokens this pushes (ts_completions_try) on return.
+        crate::completions::deferring(|| block_on(cancel, s.store.publish_raw_many(channel, &keys, messages)))
+    })
+}
+
 /// Outcomes of publishes that answered later ([`TS_PENDING`]), by token,
 /// until [`ts_publish_outcome`] takes them.
 static OUTCOMES: LazyLock<Mutex<HashMap<u64, tinystore::Result<()>>>> = LazyLock::new(Default::default);

@@ -2,7 +2,8 @@ package bench_test
 
 // Benchmarks of the two workloads of issue 7 (publish->deliver one at a
 // time, hold+release) and the two of issue 21 (publish->deliver with 64
-// publishes in flight, and the same fanned out to 100 subscribers), each
+// publishes in flight, given as bursts to PublishMany or made by 64
+// goroutines, and the same fanned out to 100 subscribers), each
 // run by tinystore (owned, connected to an owner in this process,
 // connected to an owner in another process) and by go-redis against
 // Debian's redis-server, which the benchmark starts itself on a Unix
@@ -517,10 +518,37 @@ func measurePipelined(b *testing.B, workload, row string, p *pace, publish func(
 }
 
 // publishInFlight is a publish for measurePipelined to the branch 1 of the
-// channel "bench" of store. Publish returns once the store has the message
-// and the Go API has no asynchronous or batch form of it, so inFlight
-// goroutines publish, each one message at a time: 64 in flight.
+// channel "bench" of store: bursts of inFlight messages, each given to one
+// PublishMany, which returns once the store has them all (the next burst
+// leaves then, as rdb.Pipelined's next pipeline does): 64 in flight.
 func publishInFlight(b *testing.B, ctx context.Context, store *tinystore.Store, p *pace) func(end int64) error {
+	ch, err := channels.OpenChannel[int64](store, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	branch := ch.Under(1)
+	burst := make([]int64, 0, inFlight)
+	return func(end int64) error {
+		for {
+			first, n, err := p.claim(inFlight, end)
+			if err != nil || n == 0 {
+				return err
+			}
+			burst = burst[:0]
+			for i := first; i < first+n; i++ {
+				burst = append(burst, i)
+			}
+			if err := branch.PublishMany(ctx, burst); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// publishFromGoroutines is publishInFlight's workload made of single
+// publishes: inFlight goroutines publish, each one message at a time with
+// Publish, so 64 publishes are in flight.
+func publishFromGoroutines(b *testing.B, ctx context.Context, store *tinystore.Store, p *pace) func(end int64) error {
 	ch, err := channels.OpenChannel[int64](store, "bench")
 	if err != nil {
 		b.Fatal(err)
@@ -639,22 +667,32 @@ func redisSubscribers(b *testing.B, ctx context.Context, rdb *redis.Client, p *p
 	}
 }
 
-// BenchmarkPublishDeliver64InFlight: publish->deliver pipelined. 64
-// goroutines publish, each one message at a time (see publishInFlight), so
-// 64 publishes are in flight; one subscriber, on the same store, counts
-// the messages its handler gets, each decoded from JSON. The publishers
-// stay at most 512 messages ahead of it, and the run fails if it missed
-// any. On redis: pipelines of 64 PUBLISH (rdb.Pipelined), and one PubSub
-// client decoding each message's JSON. Time per delivered message.
+// BenchmarkPublishDeliver64InFlight: publish->deliver pipelined, bursts
+// of 64 given to PublishMany (see publishInFlight); one subscriber, on the
+// same store, counts the messages its handler gets, each decoded from
+// JSON. The publisher stays at most 512 messages ahead of it, and the run
+// fails if it missed any. On redis: pipelines of 64 PUBLISH
+// (rdb.Pipelined), and one PubSub client decoding each message's JSON.
+// Time per delivered message.
 func BenchmarkPublishDeliver64InFlight(b *testing.B) {
-	const workload = "publish->deliver, 64 in flight"
+	benchmarkInFlight(b, "publish->deliver, 64 in flight", publishInFlight)
+}
+
+// BenchmarkPublishDeliver64Goroutines: BenchmarkPublishDeliver64InFlight's
+// workload, its 64 in flight made of 64 goroutines each calling Publish
+// (see publishFromGoroutines); redis as there.
+func BenchmarkPublishDeliver64Goroutines(b *testing.B) {
+	benchmarkInFlight(b, "publish->deliver, 64 goroutines", publishFromGoroutines)
+}
+
+func benchmarkInFlight(b *testing.B, workload string, publisher func(*testing.B, context.Context, *tinystore.Store, *pace) func(int64) error) {
 	ctx := context.Background()
 	for _, row := range rows[:3] {
 		b.Run(row, func(b *testing.B) {
 			s := store(b, row)
 			p := newPace(1)
 			subscribe(b, ctx, s, 0, p)
-			measurePipelined(b, workload, row, p, publishInFlight(b, ctx, s, p))
+			measurePipelined(b, workload, row, p, publisher(b, ctx, s, p))
 		})
 	}
 	b.Run(redisRow, func(b *testing.B) {
@@ -666,7 +704,7 @@ func BenchmarkPublishDeliver64InFlight(b *testing.B) {
 }
 
 // BenchmarkFanOut100: the pipelined publisher of
-// BenchmarkPublishDeliver64InFlight, and 100 subscribers of its branch,
+// BenchmarkPublishDeliver64InFlight (bursts of 64 to PublishMany), and 100 subscribers of its branch,
 // each a tinystore.Connect of its own (a connection of its own) to the
 // owner's socket: owned, the publisher is the owner, in this process;
 // connected-other-process, the publisher is one more connection, to an

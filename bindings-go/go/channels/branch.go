@@ -72,6 +72,41 @@ func (b *Branch[T]) Publish(ctx context.Context, v T) error {
 	return b.n.Publish(ctx, b.channel, b.keys, data)
 }
 
+// PublishMany publishes vs (each as JSON) to the branch, in their order,
+// and returns once the store has every one: a burst (a backlog answered,
+// events replayed) in one call, where Publish would take a round trip, or
+// a goroutine, each. Connected, they leave in one write. Subscribers get
+// them in order, as published one after another.
+//
+// Every value is encoded and checked before any leaves: an error naming
+// the value by its index from 0 ([tinystore.ErrLimit] over 1 MiB or nested
+// over 100 deep, [tinystore.ErrInvalid] a value JSON cannot carry), and
+// then nothing is published. After they left, the first failure, naming
+// its value, as for [Branch.Publish] ([tinystore.ErrUnavailable],
+// [tinystore.ErrTimeout], [tinystore.ErrClosed]): the values before it were
+// published, those after it may still be delivered. An empty vs publishes
+// nothing and returns nil. Errors also: [tinystore.ErrInvalid] for a key out of rule, ctx.Err().
+func (b *Branch[T]) PublishMany(ctx context.Context, vs []T) error {
+	if b.err != nil {
+		return b.err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(vs) == 0 {
+		return nil
+	}
+	data := make([][]byte, len(vs))
+	for i, v := range vs {
+		d, err := json.Marshal(v)
+		if err != nil {
+			return native.Invalid("value %d of the %d given could not be converted to JSON: %v", i, len(vs), err)
+		}
+		data[i] = d
+	}
+	return b.n.PublishMany(ctx, b.channel, b.keys, data)
+}
+
 // Subscribe calls handler with each message published to the branch after
 // Subscribe returns, in publish order, one at a time: the next call starts
 // when the previous one returned (CHAN-01). It runs in a goroutine of its

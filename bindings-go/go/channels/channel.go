@@ -63,6 +63,10 @@ func (c *Channel[T]) Under(key any) *Branch[T] { return c.root.Under(key) }
 // Publish publishes v to the channel's root branch; see [Branch.Publish].
 func (c *Channel[T]) Publish(ctx context.Context, v T) error { return c.root.Publish(ctx, v) }
 
+// PublishMany publishes vs to the channel's root branch, in order: see
+// [Branch.PublishMany].
+func (c *Channel[T]) PublishMany(ctx context.Context, vs []T) error { return c.root.PublishMany(ctx, vs) }
+
 // Subscribe subscribes to the channel's root branch; see [Branch.Subscribe].
 func (c *Channel[T]) Subscribe(ctx context.Context, handler func(ctx context.Context, m Message[T]) error, opts ...SubscribeOption) (*Subscription, error) {
 	return c.root.Subscribe(ctx, handler, opts...)

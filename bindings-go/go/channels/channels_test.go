@@ -608,6 +608,40 @@ func TestChan07MessageOver1MiBIsRefusedAndNothingPublished(t *testing.T) {
 	})
 }
 
+func TestChan01Chan07PublishManyArrivesInOrderOrNotAtAll(t *testing.T) {
+	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
+		events := open[string](t, stores.Open(), "chat-events")
+		got, _ := collect(t, events.Under(7))
+		burst := make([]string, 300)
+		for i := range burst {
+			burst[i] = fmt.Sprint(i)
+		}
+		if err := events.Under(7).PublishMany(bg, burst); err != nil {
+			t.Fatal(err)
+		}
+		for i := range burst {
+			if m := testkit.Receive(t, got, 5*time.Second, fmt.Sprintf("message %d", i)); m.Value != burst[i] {
+				t.Fatalf("message %d arrived as %q", i, m.Value)
+			}
+		}
+		// One value over 1 MiB: refused before any leaves, naming it.
+		refused := []string{"a", "b", strings.Repeat("x", 1<<20), "d"}
+		err := events.Under(7).PublishMany(bg, refused)
+		if !errors.Is(err, tinystore.ErrLimit) || !strings.Contains(err.Error(), "message 2 of the 4 given") {
+			t.Fatalf("a burst with one value over 1 MiB: %v, want ErrLimit naming message 2", err)
+		}
+		if err := events.Under(7).PublishMany(bg, nil); err != nil {
+			t.Fatalf("an empty burst: %v", err)
+		}
+		if err := events.Under(7).Publish(bg, "after"); err != nil {
+			t.Fatal(err)
+		}
+		if m := testkit.Receive(t, got, 5*time.Second, "the message after the refused burst"); m.Value != "after" {
+			t.Fatalf("got %q, want the message after: the refused burst published some of its values", m.Value)
+		}
+	})
+}
+
 func TestNamesChannelNameAndKeysAreChecked(t *testing.T) {
 	testkit.EachWithCluster(t, func(t *testing.T, stores *testkit.Stores) {
 		store := stores.Open()

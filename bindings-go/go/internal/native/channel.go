@@ -21,6 +21,39 @@ func (s *Store) CheckChannel(name string) error {
 	return err
 }
 
+// PublishMany publishes messages (each one JSON value) to the branch keys
+// of channel, in order, in one call to the library, and returns once the
+// store has every one: they leave together, and this goroutine waits in
+// the library, whose thread reads their answers.
+func (s *Store) PublishMany(ctx context.Context, channel string, keys []any, messages [][]byte) error {
+	kv, err := keyValues(keys)
+	if err != nil {
+		return err
+	}
+	total := 0
+	for _, m := range messages {
+		total += len(m)
+	}
+	data := make([]byte, 0, total)
+	lens := make([]C.size_t, len(messages))
+	for i, m := range messages {
+		data = append(data, m...)
+		lens[i] = C.size_t(len(m))
+	}
+	cp, cn := ptr(channel)
+	vp, vn, bp, bn := kv.ptrs()
+	dp, dn := bptr(data)
+	var e *C.TsError
+	cancel, free := cancelFor(ctx)
+	rc := C.ts_publish_many(s.p, cp, cn, vp, vn, bp, bn, dp, dn, unsafe.SliceData(lens), C.size_t(len(lens)), cancel, &e)
+	free()
+	takeNow()
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(data)
+	runtime.KeepAlive(lens)
+	return result(ctx, rc, e)
+}
+
 // Publish publishes data (JSON) to the branch keys of channel, and returns
 // once the store has it. A lone publish waits in the library, whose thread
 // reads its own answer (the fastest for one at a time); while others are
