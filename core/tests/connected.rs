@@ -1274,7 +1274,7 @@ fn lock_01_a_lease_dropped_while_its_owner_is_gone_lets_go_without_a_panic() {
     drop(b);
 }
 
-/// CHAN-01 and CHAN-07 for a burst given at once (Go's `PublishMany`), in
+/// CHAN-01 and CHAN-07 for a burst given at once (`publish_many`), in
 /// the owning process and over a connection: every message arrives in
 /// order; a burst with one message over 1 MiB is refused before any leaves,
 /// naming that message, and nothing of it is published.
@@ -1302,5 +1302,11 @@ fn chan_01_chan_07_a_burst_given_at_once_arrives_in_order_or_not_at_all() {
         assert!(e.message().starts_with("message 3 of the 5 given: a message is at most 1 MiB"), "{who}: {e}");
         events.under(who).publish(&999).unwrap();
         assert_eq!(next_value(&mut it, 2000), Some(Ok(999)), "{who}: nothing of the refused burst was published");
+        // The typed form.
+        let typed: Vec<u64> = (1000..1050).collect();
+        store.channel::<u64>("c").open().unwrap().under(who).publish_many(&typed).unwrap();
+        for want in &typed {
+            assert_eq!(next_value(&mut it, 2000), Some(Ok(*want)), "{who}: the typed burst");
+        }
     }
 }

@@ -152,6 +152,36 @@ impl<T: Serialize> Branch<T> {
     pub fn publish(&self, value: &T) -> Result<()> {
         self.store.publish_serialized(&self.channel, &self.path, json_bytes(value)?).wait()
     }
+
+    /// Publishes `values` to this branch, in their order, and returns once
+    /// the store has every one: a burst (a backlog answered, events
+    /// replayed) in one call, leaving together (one write over a
+    /// connection) where `publish` waits for each. Subscribers get them in
+    /// order, as published one after another. Every value is checked
+    /// before any leaves: `limit` (over 1 MiB of JSON or nested over 100
+    /// deep) or `invalid`, naming the value by its index from 0, and then
+    /// nothing is published. After they left, the first failure, naming its
+    /// value (`unavailable`, `timeout`, `closed`, as for `publish`): those
+    /// before it were published, those after it may still be delivered.
+    /// Empty `values` publish nothing. Must not be called from inside an
+    /// async task (use [`Branch::publish_many_async`] there).
+    pub fn publish_many(&self, values: &[T]) -> Result<()> {
+        runtime::block_on(self.publish_many_async(values))
+    }
+
+    /// [`Branch::publish_many`] for async code: the values are checked and
+    /// sent within this call, and the future resolves once the store has
+    /// every one (or with the error).
+    pub fn publish_many_async(&self, values: &[T]) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
+        let count = values.len();
+        let data = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| json_bytes(v).map_err(|e| Error::new(e.kind(), format!("message {i} of the {count} given: {}", e.message()))))
+            .collect::<Result<Vec<_>>>();
+        let sent = data.map(|data| self.store.publish_many(&self.channel, &self.path, data, false));
+        async move { sent?.await }
+    }
 }
 
 impl<T: DeserializeOwned + Send + 'static> Branch<T> {

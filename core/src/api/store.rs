@@ -580,13 +580,19 @@ impl Store {
     /// `closed`, as for one publish): those before it were published, and
     /// those after it may still be delivered.
     pub fn publish_raw_many(&self, channel: &str, branch: &[Key], data: Vec<Box<[u8]>>) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
+        self.publish_many(channel, branch, data, true)
+    }
+
+    /// [`Store::publish_raw_many`]; `raw`: the bytes came from a caller
+    /// (checked as JSON), not from serde.
+    pub(crate) fn publish_many(&self, channel: &str, branch: &[Key], data: Vec<Box<[u8]>>, raw: bool) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
         let count = data.len();
         let named = move |i: usize, e: Error| Error::new(e.kind(), format!("message {i} of the {count} given: {}", e.message()));
         let checked = self
             .check_open()
             .and_then(|_| check_name("channel", channel))
             .and_then(|_| branch.iter().try_for_each(Key::check))
-            .and_then(|_| data.iter().enumerate().try_for_each(|(i, d)| check_message(d).and_then(|_| self.check_raw(d)).map_err(|e| named(i, e))));
+            .and_then(|_| data.iter().enumerate().try_for_each(|(i, d)| check_message(d).and_then(|_| if raw { self.check_raw(d) } else { Ok(()) }).map_err(|e| named(i, e))));
         let publishes = checked.map(|_| data.into_iter().map(|d| self.publish_serialized(channel, branch, d)).collect::<Vec<_>>());
         async move {
             for (i, p) in publishes?.into_iter().enumerate() {
