@@ -396,6 +396,39 @@ fn store_01_lock_03_calls_to_a_frozen_owner_fail_with_timeout_then_work_again() 
     lock.hold("k", |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
 }
 
+/// LOCK-03 with the owner frozen (SIGSTOP) past a waiter's ttl: the waiter
+/// was not silent (its keepalives wait unread in the owner's socket), so
+/// when the key comes free after the owner wakes it goes to that waiter,
+/// not past it with an error blaming the waiter's process.
+#[test]
+fn lock_03_a_waiter_is_not_passed_over_for_its_owners_freeze() {
+    let d = common::dir();
+    let server = Server::start(d.path());
+    let holder = connect(d.path());
+    let waiter = connect(d.path());
+    let ttl = Duration::from_secs(1);
+    let held = holder.lock("l").ttl(ttl).open().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let a = std::thread::spawn(move || {
+        // Lost while the owner is frozen: its renewals go unanswered.
+        held.hold("k", |_| -> tinystore::Result<()> {
+            tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(4000));
+            Ok(())
+        })
+    });
+    rx.recv().unwrap();
+    let lock = waiter.lock("l").ttl(ttl).wait(Duration::from_secs(20)).open().unwrap();
+    let b = std::thread::spawn(move || lock.hold("k", |lease| -> tinystore::Result<Fence> { Ok(lease.fence()) }));
+    std::thread::sleep(Duration::from_millis(300));
+    signal(server.pid(), libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(3000));
+    signal(server.pid(), libc::SIGCONT);
+    let got = b.join().unwrap();
+    assert!(got.is_ok(), "the waiter was passed over: {}", got.unwrap_err());
+    assert_eq!(a.join().unwrap().unwrap_err().code(), "lost");
+}
+
 /// A release the client does not wait for (`quiet`) takes effect and is not
 /// answered, not even with an error: the client has nothing to read (and
 /// no wake-up) for it.

@@ -101,6 +101,9 @@ struct Outbox {
     gone: AtomicBool,
     /// Holds waiting in line, by hold id.
     waits: Mutex<HashMap<u64, InLine>>,
+    /// Holds granted while their client looked silent, given a moment to
+    /// be heard from; a `cancel` takes its hold out (then nobody is granted).
+    rechecking: Mutex<std::collections::HashSet<u64>>,
     /// How many wait in line, and whether the client pipelines: the
     /// connection's reader spins only when neither ([`crate::net::spin`]).
     hints: Arc<OwnerHints>,
@@ -316,7 +319,7 @@ impl Server {
     }
 
     async fn connection(self: Arc<Self>, (rd, wr): (Box<dyn AsyncRead + Send + Unpin>, WriteHalf), address: String, tokens: Option<Arc<Tokens>>, hints: Arc<OwnerHints>) {
-        let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false), gone: AtomicBool::new(false), waits: Mutex::new(HashMap::new()), hints });
+        let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false), gone: AtomicBool::new(false), waits: Mutex::new(HashMap::new()), rechecking: Mutex::new(Default::default()), hints });
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let mut c = ServedConnection { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), woken: Vec::new(), tickets: HashMap::new(), answer: Vec::new(), last_branch: None, checked_channel: None };
         let mut reader = FrameReader::new(rd);

@@ -48,6 +48,21 @@ pub(super) struct OpenTicket {
     bytes: usize,
 }
 
+/// How long a waiter that looks silent when its turn comes is given to be
+/// heard from (its keepalives read) before it is passed over.
+const SILENT_WAITER_RECHECK: Duration = Duration::from_millis(250);
+
+/// A waiter passed over as silent for its `ttl` (LOCK-03).
+fn silent_waiter(ttl: Duration) -> Error {
+    Error::new(
+        ErrorKind::Timeout,
+        format!(
+            "the key's turn came while this process had been silent for longer than its ttl of {} (frozen?), so it went to the next waiter: nothing ran; hold again",
+            crate::base::limits::format_duration(ttl)
+        ),
+    )
+}
+
 impl ServedConnection {
     fn need_role(&self, role: Role, op: &str) -> Result<()> {
         match self.role {
@@ -310,19 +325,32 @@ impl ServedConnection {
             out.leave_line(hold);
             match r {
                 Ok(raw) => {
-                    // A waiter whose client went silent for its ttl (a
-                    // frozen process) or went away is passed over (LOCK-03),
-                    // and told so if it is still there.
-                    if out.closed.load(Ordering::Acquire) || out.last_heard.lock().elapsed() > ttl {
-                        let e = Error::new(
-                            ErrorKind::Timeout,
-                            format!(
-                                "the key's turn came while this process had been silent for longer than its ttl of {} (frozen?), so it went to the next waiter: nothing ran; hold again",
-                                crate::base::limits::format_duration(ttl)
-                            ),
-                        );
-                        answer_err(&out, id, &e);
+                    // A waiter whose client went away is passed over, and
+                    // one silent for its ttl (a frozen process) too (LOCK-03),
+                    // told so if it is still there.
+                    if out.closed.load(Ordering::Acquire) {
+                        answer_err(&out, id, &silent_waiter(ttl));
                         return Some(raw);
+                    }
+                    let heard = *out.last_heard.lock();
+                    if heard.elapsed() > ttl {
+                        // The owner may have been the frozen one, the
+                        // waiter's keepalives unread in its socket: its
+                        // reader is given a moment to read them first.
+                        out.rechecking.lock().insert(hold);
+                        runtime::spawn(async move {
+                            tokio::time::sleep(SILENT_WAITER_RECHECK).await;
+                            let wanted = out.rechecking.lock().remove(&hold);
+                            if wanted && !out.closed.load(Ordering::Acquire) && *out.last_heard.lock() > heard {
+                                let ok = server.grant(raw, &session, hold, &out, started.elapsed());
+                                answer_queued(&out, id, &ok);
+                            } else {
+                                answer_err(&out, id, &silent_waiter(ttl));
+                                // Let go: the key goes to the next waiter.
+                                drop(raw);
+                            }
+                        });
+                        return None;
                     }
                     let ok = server.grant(raw, &session, hold, &out, started.elapsed());
                     answer_queued(&out, id, &ok);
@@ -426,6 +454,7 @@ impl ServedConnection {
         if let Some((table, key, waiter)) = self.out.leave_line(hold) {
             table.leave_queue(&key, waiter);
         }
+        self.out.rechecking.lock().remove(&hold);
         let session = self.session.clone().unwrap_or_default();
         let granted = self.server.holds.lock().remove(&(session, hold));
         if let Some(lid) = granted {
