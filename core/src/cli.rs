@@ -120,7 +120,8 @@ enum ChannelAction {
 enum LockAction {
     /// Runs a command while holding a key; its fence is in TINYSTORE_FENCE
     /// (and its 40-digit form in TINYSTORE_FENCE_PADDED). Exits with the
-    /// command's status; stops it and exits 4 if the lease is lost.
+    /// command's status; stops it, and every process it started, and exits
+    /// 4 if the lease is lost.
     Hold {
         /// The lock's name, like "summaries".
         lock: String,
@@ -511,6 +512,10 @@ fn run_child(command: &[String], lease: &crate::Lease) -> Result<ExitCode, Error
             Ok(())
         });
     }
+    // What the command starts and leaves (a subshell, a `cmd &`) comes
+    // back to this process when its parent ends, so it can be stopped too.
+    // SAFETY: prctl on this process, no pointers.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) };
     let mut child = cmd.spawn().map_err(|e| Error::new(ErrorKind::Io, format!("could not run {:?}: {e}", command[0])))?;
     loop {
         if let Some(status) = child.try_wait().map_err(|e| Error::new(ErrorKind::Io, e.to_string()))? {
@@ -518,18 +523,67 @@ fn run_child(command: &[String], lease: &crate::Lease) -> Result<ExitCode, Error
         }
         let sig = stop.load(std::sync::atomic::Ordering::Acquire);
         if sig != 0 {
-            unsafe { libc::kill(child.id() as i32, sig) };
+            // Passed to every process of the command, as a terminal's
+            // signal reaches a job; what outlives the command is killed.
+            signal_descendants(sig);
             let _ = child.wait();
+            kill_descendants();
             return Ok(128 + sig);
         }
         if lease.is_lost() {
             // The hold ends with the lost error, which main prints.
-            let _ = child.kill();
+            kill_descendants();
             let _ = child.wait();
             return Ok(4);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Kills every process below this one, until none is left (a process may
+/// fork while the others are killed), reaping the orphans that came here.
+fn kill_descendants() {
+    for _ in 0..100 {
+        let left = signal_descendants(libc::SIGKILL);
+        // SAFETY: waitpid with a null status pointer reaps without reading it.
+        while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+        if left == 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Sends `sig` to every live process below this one (from `/proc`);
+/// gives how many there were.
+fn signal_descendants(sig: i32) -> usize {
+    let me = std::process::id() as i32;
+    let mut parent_of = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            // After the name in parentheses: the state, then the parent's pid.
+            let Some(rest) = stat.rfind(") ").map(|i| &stat[i + 2..]) else { continue };
+            let mut fields = rest.split(' ');
+            let (Some(state), Some(ppid)) = (fields.next(), fields.next().and_then(|p| p.parse::<i32>().ok())) else { continue };
+            if state != "Z" {
+                parent_of.push((pid, ppid));
+            }
+        }
+    }
+    let mut below = vec![me];
+    let mut i = 0;
+    while i < below.len() {
+        let p = below[i];
+        below.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(pid, _)| *pid));
+        i += 1;
+    }
+    for &pid in &below[1..] {
+        // SAFETY: kill takes no pointers.
+        unsafe { libc::kill(pid, sig) };
+    }
+    below.len() - 1
 }
 
 /// Records `sig` in `flag` when it arrives instead of dying at once.

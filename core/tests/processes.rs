@@ -396,6 +396,34 @@ fn store_01_lock_03_calls_to_a_frozen_owner_fail_with_timeout_then_work_again() 
     lock.hold("k", |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
 }
 
+/// LOCK-01 and LOCK-06 with the CLI: when the lease is lost (maxHold) or
+/// the CLI is told to stop, every process the command started is stopped
+/// too, not only the command itself, before the key can go to another.
+#[test]
+fn lock_01_lock_06_cli_hold_stops_every_process_of_its_command() {
+    let d = common::dir();
+    let _server = Server::start(d.path());
+    // The command's shell starts a loop in a subshell and waits for it.
+    let script = "(while true; do sleep 0.05; done) & echo $!; wait";
+    for how in ["lost", "sigterm"] {
+        let mut args = vec!["lock", d.path().to_str().unwrap(), "hold", "jobs", "9"];
+        if how == "lost" {
+            args.extend(["--max-hold", "1s"]);
+        }
+        args.extend(["--", "sh", "-c", script]);
+        let mut cli = Command::new(env!("CARGO_BIN_EXE_tinystore")).args(&args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        let mut out = BufReader::new(cli.stdout.take().unwrap());
+        let loop_pid: i32 = line(&mut out).parse().unwrap();
+        if how == "sigterm" {
+            signal(cli.id() as i32, libc::SIGTERM);
+        }
+        let status = cli.wait().unwrap();
+        assert_eq!(status.code(), Some(if how == "lost" { 4 } else { 128 + libc::SIGTERM }), "{how}");
+        let gone = || std::fs::read_to_string(format!("/proc/{loop_pid}/stat")).map_or(true, |s| s.split(") ").nth(1).is_some_and(|r| r.starts_with('Z')));
+        assert!(common::eventually(500, gone), "{how}: the command's subshell {loop_pid} outlived the CLI");
+    }
+}
+
 /// LOCK-03 with the owner frozen (SIGSTOP) past a waiter's ttl: the waiter
 /// was not silent (its keepalives wait unread in the owner's socket), so
 /// when the key comes free after the owner wakes it goes to that waiter,
