@@ -396,6 +396,38 @@ fn store_01_lock_03_calls_to_a_frozen_owner_fail_with_timeout_then_work_again() 
     lock.hold("k", |_| -> tinystore::Result<()> { Ok(()) }).unwrap();
 }
 
+/// STORE-01: after a kill -9, the new owner waits out the longest ttl it
+/// granted over a connection (2 s here), not the ttl a waiter asked for in
+/// line (20 s), which no lease ever had.
+#[test]
+fn store_01_a_new_owner_waits_out_the_longest_ttl_granted_not_one_a_waiter_asked_for() {
+    let d = common::dir();
+    let server = Server::start(d.path());
+    let (holder, waiter) = (connect(d.path()), connect(d.path()));
+    let held = holder.lock("l").ttl(Duration::from_secs(2)).open().unwrap();
+    let (in_hold, let_go) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+    let a = std::thread::spawn(move || {
+        held.hold("k", |_| -> tinystore::Result<()> {
+            in_hold.0.send(()).unwrap();
+            let_go.1.recv().unwrap();
+            Ok(())
+        })
+    });
+    in_hold.1.recv().unwrap();
+    let lock = waiter.lock("l").ttl(Duration::from_secs(20)).wait(Duration::from_secs(40)).open().unwrap();
+    let b = std::thread::spawn(move || (lock.hold("k", |_| -> tinystore::Result<()> { Ok(()) }), Instant::now()));
+    std::thread::sleep(Duration::from_millis(300));
+    signal(server.pid(), libc::SIGKILL);
+    let killed = Instant::now();
+    drop(server);
+    let _server2 = Server::start(d.path());
+    let_go.0.send(()).unwrap();
+    let (got, at) = b.join().unwrap();
+    got.unwrap();
+    assert!(at - killed < Duration::from_secs(8), "the waiter got the key {:?} after the kill", at - killed);
+    let _ = a.join().unwrap();
+}
+
 /// LOCK-01 and LOCK-06 with the CLI: when the lease is lost (maxHold) or
 /// the CLI is told to stop, every process the command started is stopped
 /// too, not only the command itself, before the key can go to another.

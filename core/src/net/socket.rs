@@ -11,6 +11,21 @@ pub(crate) enum WriteHalf {
 }
 
 impl WriteHalf {
+    /// Bytes the peer sent that wait unread in this socket's receive
+    /// buffer; `None` where that cannot be told (TLS, or the call failed).
+    fn unread_bytes(&self) -> Option<usize> {
+        use std::os::fd::AsRawFd;
+        let fd = match self {
+            WriteHalf::Unix(h) => h.0.as_raw_fd(),
+            WriteHalf::Tcp(h) => h.as_ref().as_raw_fd(),
+            WriteHalf::Tls(_) => return None,
+        };
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int to the pointer given.
+        let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) };
+        (r == 0).then_some(n.max(0) as usize)
+    }
+
     fn try_write(&self, b: &[u8]) -> std::io::Result<usize> {
         match self {
             WriteHalf::Unix(h) => h.try_write(b),
@@ -247,6 +262,11 @@ struct SinkState {
 }
 
 impl Sink {
+    /// Bytes the peer sent that wait unread (see [`WriteHalf::unread_bytes`]).
+    pub(crate) fn unread_bytes(&self) -> Option<usize> {
+        self.st.lock().half.as_ref().and_then(WriteHalf::unread_bytes)
+    }
+
     pub(crate) fn new(half: WriteHalf) -> std::sync::Arc<Sink> {
         let sink = std::sync::Arc::new(Sink {
             st: parking_lot::Mutex::new(SinkState { half: Some(half), buf: Vec::new(), flushing: false, closed: false, corked: false, held: 0 }),

@@ -278,6 +278,14 @@ impl LocalLease {
     pub(crate) fn lost_error(&self) -> Error {
         self.shared.lost_error()
     }
+    /// Its lock's name.
+    pub(crate) fn lock_name(&self) -> &str {
+        self.shared.table.name()
+    }
+    /// The ttl it was granted with (`None`: held until let go).
+    pub(crate) fn ttl(&self) -> Option<Duration> {
+        self.shared.terms.ttl
+    }
 }
 
 impl Drop for LocalLease {

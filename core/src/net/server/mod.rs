@@ -101,9 +101,7 @@ struct Outbox {
     gone: AtomicBool,
     /// Holds waiting in line, by hold id.
     waits: Mutex<HashMap<u64, InLine>>,
-    /// Holds granted while their client looked silent, given a moment to
-    /// be heard from; a `cancel` takes its hold out (then nobody is granted).
-    rechecking: Mutex<std::collections::HashSet<u64>>,
+
     /// How many wait in line, and whether the client pipelines: the
     /// connection's reader spins only when neither ([`crate::net::spin`]).
     hints: Arc<OwnerHints>,
@@ -319,7 +317,7 @@ impl Server {
     }
 
     async fn connection(self: Arc<Self>, (rd, wr): (Box<dyn AsyncRead + Send + Unpin>, WriteHalf), address: String, tokens: Option<Arc<Tokens>>, hints: Arc<OwnerHints>) {
-        let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false), gone: AtomicBool::new(false), waits: Mutex::new(HashMap::new()), rechecking: Mutex::new(Default::default()), hints });
+        let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false), gone: AtomicBool::new(false), waits: Mutex::new(HashMap::new()), hints });
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let mut c = ServedConnection { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), woken: Vec::new(), tickets: HashMap::new(), answer: Vec::new(), last_branch: None, checked_channel: None };
         let mut reader = FrameReader::new(rd);
@@ -440,7 +438,23 @@ impl Server {
         self.conns.lock().remove(&conn_id);
     }
 
-    fn grant(self: &Arc<Self>, raw: LocalLease, session: &str, hold: u64, out: &Arc<Outbox>, waited: Duration) -> AcquireOk {
+    /// Registers a lease granted over a connection, for its answer. Its
+    /// lock's ttl is written down first when it is the longest granted, so
+    /// a new owner waits it out (STORE-01): the ttls granted, not the ones
+    /// waiters asked for. Errors with the lease not granted (to let go, or
+    /// to pass on from a grant callback) when that write fails.
+    fn grant(self: &Arc<Self>, raw: LocalLease, session: &str, hold: u64, out: &Arc<Outbox>, waited: Duration) -> std::result::Result<AcquireOk, (Error, LocalLease)> {
+        if let Some(ttl) = raw.ttl() {
+            let noted = self.engine().and_then(|engine| {
+                if engine.note_remote_ttl(raw.lock_name(), ttl) {
+                    crate::net::files::record_remote_lock_ttl(&self.dir, raw.lock_name(), ttl)?;
+                }
+                Ok(())
+            });
+            if let Err(e) = noted {
+                return Err((e, raw));
+            }
+        }
         let (id, fence) = (raw.id(), raw.fence());
         let weak = Arc::downgrade(self);
         raw.on_lost(move || {
@@ -450,7 +464,7 @@ impl Server {
         });
         self.holds.lock().insert((session.to_owned(), hold), id);
         self.leases.lock().insert(id, ServerLease { raw, session: session.to_owned(), hold, out: Arc::downgrade(out) });
-        AcquireOk { lease: Some(id), fence, waited_ms: waited.as_millis() as u64 }
+        Ok(AcquireOk { lease: Some(id), fence, waited_ms: waited.as_millis() as u64 })
     }
 
     /// A lease ran out: forget it and tell its holder if connected.

@@ -48,10 +48,6 @@ pub(super) struct OpenTicket {
     bytes: usize,
 }
 
-/// How long a waiter that looks silent when its turn comes is given to be
-/// heard from (its keepalives read) before it is passed over.
-const SILENT_WAITER_RECHECK: Duration = Duration::from_millis(250);
-
 /// A waiter passed over as silent for its `ttl` (LOCK-03).
 fn silent_waiter(ttl: Duration) -> Error {
     Error::new(
@@ -296,7 +292,6 @@ impl ServedConnection {
         let kind = Kind::from_wire(r.limit);
         check_name(if kind == Kind::Lock { "lock" } else { "semaphore" }, &lock)?;
         let table = engine.lock_table(&lock, kind)?;
-        self.note_remote_ttl(engine, &lock, ttl)?;
         let session = self.session.clone().expect("hello was said");
         // A retried hold gets the lease it already has (LOCK-08).
         let existing = self.server.holds.lock().get(&(session.clone(), hold)).copied();
@@ -312,7 +307,7 @@ impl ServedConnection {
         let terms = Terms { ttl: Some(ttl), max_hold };
         if wait.is_zero() {
             let ok = match table.try_acquire(key, holder, terms)? {
-                Some(raw) => self.server.grant(raw, &session, hold, &self.out, Duration::ZERO),
+                Some(raw) => self.server.grant(raw, &session, hold, &self.out, Duration::ZERO).map_err(|(e, _)| e)?,
                 None => AcquireOk { lease: None, fence: None, waited_ms: 0 },
             };
             answer_ok(&self.out, id, &ok);
@@ -332,28 +327,19 @@ impl ServedConnection {
                         answer_err(&out, id, &silent_waiter(ttl));
                         return Some(raw);
                     }
-                    let heard = *out.last_heard.lock();
-                    if heard.elapsed() > ttl {
-                        // The owner may have been the frozen one, the
-                        // waiter's keepalives unread in its socket: its
-                        // reader is given a moment to read them first.
-                        out.rechecking.lock().insert(hold);
-                        runtime::spawn(async move {
-                            tokio::time::sleep(SILENT_WAITER_RECHECK).await;
-                            let wanted = out.rechecking.lock().remove(&hold);
-                            if wanted && !out.closed.load(Ordering::Acquire) && *out.last_heard.lock() > heard {
-                                let ok = server.grant(raw, &session, hold, &out, started.elapsed());
-                                answer_queued(&out, id, &ok);
-                            } else {
-                                answer_err(&out, id, &silent_waiter(ttl));
-                                // Let go: the key goes to the next waiter.
-                                drop(raw);
-                            }
-                        });
-                        return None;
+                    // Silent, unless what it sent waits unread: then the
+                    // owner was the frozen one, and its reader is behind.
+                    if out.last_heard.lock().elapsed() > ttl && out.sink.unread_bytes().is_none_or(|n| n == 0) {
+                        answer_err(&out, id, &silent_waiter(ttl));
+                        return Some(raw);
                     }
-                    let ok = server.grant(raw, &session, hold, &out, started.elapsed());
-                    answer_queued(&out, id, &ok);
+                    match server.grant(raw, &session, hold, &out, started.elapsed()) {
+                        Ok(ok) => answer_queued(&out, id, &ok),
+                        Err((e, raw)) => {
+                            answer_err(&out, id, &e);
+                            return Some(raw);
+                        }
+                    }
                 }
                 Err(e) => answer_err(&out, id, &e),
             }
@@ -362,7 +348,7 @@ impl ServedConnection {
         match table.acquire_or_queue(&key, holder, terms, wait, on_grant)? {
             Queued::Now(raw) => {
                 let session = self.session.clone().expect("hello was said");
-                let ok = self.server.grant(raw, &session, hold, &self.out, Duration::ZERO);
+                let ok = self.server.grant(raw, &session, hold, &self.out, Duration::ZERO).map_err(|(e, _)| e)?;
                 answer_ok(&self.out, id, &ok);
             }
             Queued::InLine(waiter) => {
@@ -376,9 +362,8 @@ impl ServedConnection {
         Ok(())
     }
 
-    /// A lease over a connection may outlive this owner: the longest ttl
-    /// given for each lock is written down (when it grows, before the
-    /// grant), so a new owner knows how long to wait (STORE-01).
+    /// A lease taken back may outlive this owner too: its ttl is written
+    /// down as a grant's is ([`Server::grant`]), before it is answered.
     fn note_remote_ttl(&self, engine: &Engine, lock: &str, ttl: Duration) -> Result<()> {
         if engine.note_remote_ttl(lock, ttl) {
             crate::net::files::record_remote_lock_ttl(&self.server.dir, lock, ttl)?;
@@ -409,7 +394,7 @@ impl ServedConnection {
         let holder = Holder(holder_id(&session, r.holder.unwrap_or(0)));
         let fence = if kind == Kind::Lock { r.fence } else { None };
         let raw = table.adopt(&key, holder, fence, Terms { ttl: Some(ttl), max_hold })?;
-        let ok = self.server.grant(raw, &session, hold, &self.out, Duration::ZERO);
+        let ok = self.server.grant(raw, &session, hold, &self.out, Duration::ZERO).map_err(|(e, _)| e)?;
         answer_ok(&self.out, id, &ok);
         Ok(())
     }
@@ -454,7 +439,6 @@ impl ServedConnection {
         if let Some((table, key, waiter)) = self.out.leave_line(hold) {
             table.leave_queue(&key, waiter);
         }
-        self.out.rechecking.lock().remove(&hold);
         let session = self.session.clone().unwrap_or_default();
         let granted = self.server.holds.lock().remove(&(session, hold));
         if let Some(lid) = granted {
