@@ -450,16 +450,36 @@ impl Table {
             let Some(ks) = keys.get_mut(key) else { return };
             let Some(i) = ks.waiters.iter().position(|w| w.id == id) else { return };
             let w = ks.waiters.remove(i).expect("waiter index is valid");
-            if ks.holders.is_empty() && ks.waiters.is_empty() {
+            let held = !ks.holders.is_empty();
+            if !held && ks.waiters.is_empty() {
                 keys.remove(key);
             }
-            w
+            (w, held)
         };
-        let _ = w.tx.send(Err(self.waited_too_long(key, wait)));
+        let (w, held) = w;
+        let e = match *self.grace.lock() {
+            Some(until) if !held && Instant::now() < until => self.kept_for_the_previous_owner(key, wait, until),
+            _ => self.waited_too_long(key, wait),
+        };
+        let _ = w.tx.send(Err(e));
     }
 
     fn waited_too_long(&self, key: &Key, wait: Duration) -> Error {
         waited_too_long(&self.name, key, wait)
+    }
+
+    /// A wait that ended with nobody holding the key, in the grace of a new
+    /// owner (STORE-01), which lasts until `until`.
+    fn kept_for_the_previous_owner(&self, key: &Key, wait: Duration, until: Instant) -> Error {
+        Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "key {key} of {:?} was not given within the wait of {}: nobody holds it, but the store's owner changed, and for {} more it keeps this lock's keys for the previous owner's holders to take back (STORE-01: the longest ttl it granted them): nothing ran; retry after that, or give hold a longer wait",
+                &*self.name,
+                format_duration(wait),
+                format_duration(until.saturating_duration_since(Instant::now()))
+            ),
+        )
     }
 
     /// True while waiter `id` is in line for `key`.
@@ -667,5 +687,23 @@ mod tests {
         let told = rx.recv_timeout(Duration::from_secs(5)).expect("the waiter was told");
         assert_eq!(told.map_err(|e| e.kind()), Err(ErrorKind::Timeout), "granted after its wait");
         assert!(t.try_acquire(key, Holder(3), Terms::default()).expect("open").is_some(), "the key is free");
+    }
+
+    #[test]
+    fn store_01_lock_03_a_wait_that_ends_in_a_new_owners_grace_says_so_not_that_the_key_stayed_held() {
+        let locks = Locks::new(1);
+        locks.start_graces(vec![("l".into(), Duration::from_secs(30))]);
+        let t = locks.table("l", Kind::Lock).expect("a lock");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let on_grant: OnGrant = Box::new(move |r| {
+            let _ = tx.send(r.map(drop));
+            None
+        });
+        let queued = t.acquire_or_queue(&Key::from("k"), Holder(2), Terms::default(), Duration::from_millis(20), on_grant).expect("queued");
+        assert!(matches!(queued, Queued::InLine(_)), "nobody gets a key in the grace");
+        let e = rx.recv_timeout(Duration::from_secs(5)).expect("the waiter was told").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Timeout);
+        assert!(!e.message().contains("stayed held"), "{e}");
+        assert!(e.message().contains("nobody holds it") && e.message().contains("owner changed") && e.message().contains("STORE-01"), "{e}");
     }
 }
