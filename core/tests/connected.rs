@@ -471,6 +471,8 @@ fn lock_06_connected_max_hold() {
         })
         .unwrap_err();
     assert_eq!(e.code(), "lost");
+    // As the owning process says it: the lock, and the maxHold it reached.
+    assert!(e.message().contains("key k of \"l\"") && e.message().contains("maxHold of 300ms"), "{e}");
 }
 
 /// LOCK-03 and LOCK-08 over a connection: timeout without running; hold in

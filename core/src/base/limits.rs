@@ -110,7 +110,7 @@ pub fn duration_from_number(what: &str, n: f64, unit: DurationUnit, got: impl st
     // NaN fails the range too.
     if !(0.0..MAX_SPAN.as_secs_f64()).contains(&secs) {
         return Err(Error::invalid(format!(
-            "{what} is a duration: a number of {unit_name}, finite, 0 or more and under {max} (about 31,000 years), or text like \"30s\"; like {example}; got {got}"
+            "{what} is a duration: a number of {unit_name} (finite, 0 or more, under {max}: about 31,000 years) or text, like {example}; got {got}"
         )));
     }
     Ok(Duration::from_secs_f64(secs))

@@ -36,6 +36,8 @@ pub(crate) struct RemoteLease {
     /// sent (acknowledged) plus the ttl, capped by maxHold.
     pub(super) deadline: Mutex<Instant>,
     pub(super) max_deadline: Option<Instant>,
+    /// Its maxHold, for the message once it is reached.
+    pub(super) max_hold: Option<Duration>,
     pub(super) lost: AtomicBool,
     pub(super) released: AtomicBool,
     pub(super) why: Mutex<Option<LostWhy>>,
@@ -131,6 +133,7 @@ impl RemoteLease {
             ttl,
             deadline: Mutex::new(max_deadline.map_or(first, |m| m.min(first))),
             max_deadline,
+            max_hold,
             lost: AtomicBool::new(false),
             released: AtomicBool::new(false),
             why: Mutex::new(None),
@@ -233,8 +236,8 @@ impl RemoteLease {
     /// reached (also when the holder only looks late, its loop blocked),
     /// else its ttl, for the `likely` cause given.
     fn why_past_deadline(&self, now: Instant, likely: &str) -> String {
-        if self.max_deadline.is_some_and(|m| now >= m) {
-            "it reached its maxHold".into()
+        if let Some(m) = self.max_hold.filter(|_| self.max_deadline.is_some_and(|m| now >= m)) {
+            format!("it reached its maxHold of {}", crate::base::limits::format_duration(m))
         } else {
             format!("no renewal reached the store within its ttl ({likely})")
         }
@@ -260,8 +263,8 @@ impl RemoteLease {
 
     pub(crate) fn lost_error(&self) -> Error {
         let what = match self.fence {
-            Some(f) => format!("the lease on key {} (fence {f})", self.key),
-            None => format!("the permit on key {}", self.key),
+            Some(f) => format!("the lease on key {} of {:?} (fence {f})", self.key, self.lock),
+            None => format!("the permit on key {} of {:?}", self.key, self.lock),
         };
         Error::lost(lost_message(&what, self.why.lock().as_ref()))
     }
