@@ -77,6 +77,10 @@ pub fn check_positive(what: &str, d: Duration) -> Result<Duration> {
     if d.is_zero() {
         return Err(Error::invalid(format!("{what} must be positive, like \"10s\"; got 0")));
     }
+    if d < Duration::from_millis(1) {
+        // The store counts leases and waits in milliseconds.
+        return Err(Error::invalid(format!("{what} is 1ms or more, like \"10s\"; got {}ns", d.as_nanos())));
+    }
     if d >= MAX_SPAN {
         return Err(Error::invalid(format!(
             "{what} of {} seconds is too long: give under 10^12 seconds, like \"10s\" or \"1h\"",
@@ -233,6 +237,10 @@ mod tests {
         assert!(check_ttl(Duration::from_secs(3601)).is_err());
         check_ttl(Duration::from_secs(1)).unwrap();
         assert!(check_positive("wait", Duration::ZERO).is_err());
+        // Counted in milliseconds: under one would be a try once, or no maxHold at all.
+        let e = check_positive("maxHold", Duration::from_micros(500)).unwrap_err();
+        assert_eq!(e.message(), "maxHold is 1ms or more, like \"10s\"; got 500000ns");
+        check_positive("maxHold", Duration::from_millis(1)).unwrap();
         assert_eq!(format_duration(Duration::from_secs(30)), "30s");
         assert_eq!(format_duration(Duration::from_millis(250)), "250ms");
     }
