@@ -49,6 +49,9 @@ export function name(kind: string, v: unknown, example: string): string {
   return text(`a ${kind} name`, v, `'${example}'`)
 }
 
+/** Half of a UTF-16 pair, alone: UTF-8 has no bytes for it. */
+export const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
+
 /** A key of a branch or a hold: text or an integer (the engine checks the rest). */
 export function key(v: unknown): Key {
   if (typeof v === 'bigint') return v
@@ -59,6 +62,12 @@ export function key(v: unknown): Key {
     )
   }
   if (typeof v === 'string') {
+    // N-API would turn a lone surrogate into U+FFFD: another key.
+    if (LONE_SURROGATE.test(v)) {
+      throw new InvalidError(
+        `a key is text that UTF-8 can carry: this one has a lone surrogate (half of a UTF-16 pair), and would name another key; mend it first (String.prototype.toWellFormed); got ${describe(v)}`,
+      )
+    }
     // The length rule is the engine's.
     sync(() => native.checkKey(v))
     return v

@@ -1,4 +1,4 @@
-import { describe } from './check'
+import { LONE_SURROGATE, describe } from './check'
 import { InvalidError } from './errors'
 
 /** A message as a subscriber gets it. */
@@ -48,7 +48,6 @@ export function encode(value: unknown): string {
   return json
 }
 
-const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
 
 /** Throws an InvalidError for a part of `value` that JSON would carry changed. */
 function refuseChanged(value: unknown): void {

@@ -89,7 +89,7 @@ for (const mode of MODES) {
       assert.equal(await lock.hold('k', () => 7, { wait: '1s' }), 7)
     })
 
-    it('NAMES a key out of range is refused at under(), before any publish: fractions, NaN, unsafe integers, empty or long text', async () => {
+    it('NAMES a key out of range is refused at under(), before any publish: fractions, NaN, unsafe integers, empty or long text, a lone surrogate', async () => {
       const s: Loose = await store()
       const ch = s.channel('keys')
       invalidNow('under(1.5)', () => ch.under(1.5), /whole number/, /got the number 1.5/)
@@ -97,8 +97,11 @@ for (const mode of MODES) {
       invalidNow('under(2**60)', () => ch.under(2 ** 60), /as a bigint or a string/)
       invalidNow("under('')", () => ch.under(''), /1 to 1,024 bytes/, /got 0 bytes/)
       invalidNow('under(long)', () => ch.under('x'.repeat(1025)), /got 1025 bytes/)
+      // N-API would read it as U+FFFD: the key of another holder.
+      invalidNow('under(lone surrogate)', () => ch.under('a\ud800'), /lone surrogate/)
       const lock = s.lock('keys')
       await invalid('hold(0.5)', () => lock.hold(0.5, () => 1), /whole number/)
+      await invalid('hold(lone surrogate)', () => lock.hold('a\udc00', () => 1), /lone surrogate/)
       // In range, all of them still work.
       assert.ok(ch.under(2n ** 60n).under(-7).under('é'.repeat(512)))
     })

@@ -25,7 +25,16 @@ pub fn key(obj: &Bound<'_, PyAny>) -> PyResult<Key> {
             Err(_) => Key::from(obj.str()?.to_cow()?.into_owned()),
         }
     } else if let Ok(s) = obj.cast::<PyString>() {
-        Key::from(s.to_cow()?.into_owned())
+        match s.to_cow() {
+            Ok(text) => Key::from(text.into_owned()),
+            // A lone surrogate: no UTF-8 for it, in any language.
+            Err(_) => {
+                return Err(error::to_py(py, Error::new(
+                    ErrorKind::Invalid,
+                    r#"a key is text that UTF-8 can carry: this one has a lone surrogate (like "\ud800"), which no other language could name; mend it first (for example text.encode("utf-8", "replace").decode())"#,
+                )));
+            }
+        }
     } else {
         return Err(PyTypeError::new_err(format!(
             "a key is an int or a str, like 42 or \"chat-42\"; got {}",

@@ -390,6 +390,11 @@ async def test_chan_06_keys_out_of_rule_are_refused_when_the_branch_is_made(stor
         ch.under("")
     with pytest.raises(ValueError):
         ch.under("k" * 1025)
+    # No UTF-8 for it: a tinystore error, not the codec's.
+    with pytest.raises(tinystore.InvalidError, match="lone surrogate"):
+        ch.under("a\ud800")
+    with pytest.raises(tinystore.InvalidError, match="lone surrogate"):
+        await store.lock("keys").try_hold("a\udc00").__aenter__()
     ch.under("k" * 1024)
     with pytest.raises(TypeError):
         ch.under(1.5)  # type: ignore[arg-type]
