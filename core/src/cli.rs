@@ -455,8 +455,13 @@ fn print_status(v: &serde_json::Value) {
         );
     }
     let locks = v["locks"].as_array().cloned().unwrap_or_default();
-    out!("held keys: {}", locks.len());
+    let held = |k: &serde_json::Value| k["holders"].as_array().is_some_and(|h| !h.is_empty());
+    out!("held keys: {}", locks.iter().filter(|k| held(k)).count());
     for k in &locks {
+        if !held(k) {
+            // Waited for, held by nobody: a new owner's grace (STORE-01), or a turn being given.
+            out!("  {}/{}  not held  waiters {}", k["lock"].as_str().unwrap_or(""), k["key"].as_str().unwrap_or(""), k["waiters"]);
+        }
         for h in k["holders"].as_array().into_iter().flatten() {
             out!(
                 "  {}/{}  fence {}  lease {}  held {}  left {}  waiters {}",
