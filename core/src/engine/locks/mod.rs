@@ -595,7 +595,7 @@ impl Table {
             Error::lost(format!("the store's owner changed and key {key} of {:?} could not be kept: {why}; take the key again", &*self.name))
         };
         if !self.in_grace() {
-            return Err(refused("the new owner has no lease of the old one to wait for"));
+            return Err(refused("the new owner takes leases back only for the longest ttl the previous one granted, and that time is over, or there was none (the previous owner closed cleanly, ending its leases)"));
         }
         let mut keys = self.keys.lock();
         let ks = keys.entry(key.clone()).or_default();
