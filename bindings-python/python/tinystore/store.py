@@ -150,7 +150,10 @@ class Store:
         """Closes the store: subscriptions end, held keys are let go (their
         holders see their leases lost), waiters get ``ClosedError``. Over a
         connection, publishes already sent get their answers first (up to
-        2 s; past that they raise ``ClosedError``). Idempotent."""
+        2 s; past that they raise ``ClosedError``). Messages the store took
+        before ``close`` still reach this store's subscriptions (CHAN-01):
+        their handlers get them after ``close`` returns, and each
+        subscription's ``wait()`` returns after its last. Idempotent."""
         if self._watch is not None:
             self._watch.close()
         # Publishes already sent get their answers first (connected, up to
