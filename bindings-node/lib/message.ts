@@ -1,5 +1,5 @@
 import { LONE_SURROGATE, describe } from './check'
-import { InvalidError } from './errors'
+import { InvalidError, LimitError } from './errors'
 
 /** A message as a subscriber gets it. */
 export interface Message<T> {
@@ -30,6 +30,12 @@ export function encode(value: unknown): string {
   try {
     json = JSON.stringify(value)
   } catch (e) {
+    if (e instanceof RangeError && /call stack/i.test(e.message)) {
+      throw new LimitError(
+        "a message nests arrays and objects at most 100 deep, so that every language's decoder reads it; this one goes deeper than JavaScript can encode: flatten it, or publish an id and keep the data in the database",
+        { cause: e },
+      )
+    }
     const why = e instanceof Error ? e.message : String(e)
     throw new InvalidError(
       `a message is a value JSON can carry: ${why}. Turn bigints into strings or numbers and break cycles before publishing`,

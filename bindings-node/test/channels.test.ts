@@ -250,7 +250,7 @@ for (const mode of CHAN_MODES) {
       await sub.stop()
     })
 
-    it('CHAN-07 a message over 1 MiB is refused on that call only; exactly 1 MiB is accepted', async () => {
+    it('CHAN-07 a message over 1 MiB, or nested deeper than JSON.stringify goes, is refused on that call only; exactly 1 MiB is accepted', async () => {
       const s = await store()
       const ch = s.channel<string>('sizes')
       const got: number[] = []
@@ -262,6 +262,10 @@ for (const mode of CHAN_MODES) {
         assert.match(e.message, /1 MiB/)
         return true
       })
+      // Deeper than JavaScript's encoder can go: the nesting limit, not a stack overflow.
+      let deep: unknown = 1
+      for (let i = 0; i < 200_000; i++) deep = [deep]
+      await assert.rejects(s.channel<unknown>('sizes').publish(deep), (e: unknown) => e instanceof LimitError && /100 deep/.test(e.message))
       await ch.publish('x'.repeat(MiB - 2)) // its JSON, quotes included, is exactly 1 MiB
       await ch.publish('small')
       await until(() => got.length === 2)

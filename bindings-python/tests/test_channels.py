@@ -429,6 +429,9 @@ async def test_chan_07_a_message_nested_over_100_deep_is_refused_and_one_100_dee
     sub = await branch.subscribe(got.append)
     with pytest.raises(tinystore.LimitError, match="100 deep"):
         await branch.publish(nested(101))
+    # Deeper than Python's encoder can go: the same limit, not a RecursionError.
+    with pytest.raises(tinystore.LimitError, match="100 deep"):
+        await branch.publish(nested(5000))
     await branch.publish(nested(100))
     await until(lambda: len(got) == 1)
     assert got[0].value == nested(100)

@@ -25,7 +25,7 @@ import threading
 import typing
 from typing import Any, Callable, Generic, Iterable, Optional, TypeVar
 
-from .errors import InvalidError
+from .errors import InvalidError, LimitError
 
 T = TypeVar("T")
 
@@ -84,6 +84,11 @@ def _failed(e: _Encoder, err: BaseException) -> BaseException:
     # An error leaves the containers it was inside marked: a later value
     # at one of their addresses would be taken for a cycle.
     e.markers.clear()
+    if isinstance(err, RecursionError):
+        return LimitError(
+            "a message nests arrays and objects at most 100 deep, so that every language's decoder reads it; "
+            "this one goes deeper than Python can encode: flatten it, or publish an id and keep the data in the database"
+        )
     if type(err) is ValueError and str(err) == "Circular reference detected":
         return ValueError("this value holds itself, and JSON cannot carry it: publish a value without cycles")
     if isinstance(err, UnicodeEncodeError):
@@ -97,8 +102,9 @@ def _failed(e: _Encoder, err: BaseException) -> BaseException:
 
 def encode(value: Any) -> bytes:
     """The JSON bytes of ``value``. Raises ``TypeError`` for a value JSON
-    cannot carry and ``ValueError`` for NaN or infinity, a lone surrogate in
-    a str, or a value that holds itself."""
+    cannot carry, ``ValueError`` for NaN or infinity, a lone surrogate in
+    a str, or a value that holds itself, and ``LimitError`` for one nested
+    deeper than Python's recursion allows (the store's limit is 100)."""
     e = _encoder
     try:
         return _join(e.chunks(value, 0)).encode()
