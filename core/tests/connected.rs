@@ -1312,3 +1312,29 @@ fn chan_01_chan_07_a_burst_given_at_once_arrives_in_order_or_not_at_all() {
         }
     }
 }
+
+/// STORE-02 for a burst given at once: when the connection is cut while
+/// its messages are in flight, the call returns only once every message's
+/// outcome is known (those queued for the reconnect were sent, or failed),
+/// so nothing of the burst is published after it returned, and a caller
+/// that retries what it was told failed duplicates nothing that is still
+/// on its way.
+#[test]
+fn store_02_a_burst_cut_in_flight_returns_once_every_message_has_its_outcome() {
+    let (owner, client, p, _d) = through_proxy();
+    // A subscriber keeps the branch known to the owner's status.
+    let _sub = owner.channel::<u64>("c").open().unwrap().under(1).subscribe(|_| {}).unwrap();
+    let branch = [Key::from(1)];
+    let published = || owner.status().unwrap().branches.iter().find(|b| b.channel == "c").map_or(0, |b| b.published);
+    let burst: Vec<Box<[u8]>> = (0..20_000u64).map(|i| i.to_string().into_bytes().into_boxed_slice()).collect();
+    let cutter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(15));
+        p.cut();
+        p
+    });
+    let r = runtime::block_on(client.publish_raw_many("c", &branch, burst));
+    let at_return = published();
+    let _p = cutter.join().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(published(), at_return, "published after the call returned ({r:?})");
+}

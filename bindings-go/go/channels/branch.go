@@ -81,11 +81,15 @@ func (b *Branch[T]) Publish(ctx context.Context, v T) error {
 // Every value is encoded and checked before any leaves: an error naming
 // the value by its index from 0 ([tinystore.ErrLimit] over 1 MiB or nested
 // over 100 deep, [tinystore.ErrInvalid] a value JSON cannot carry), and
-// then nothing is published. After they left, the first failure, naming
-// its value, as for [Branch.Publish] ([tinystore.ErrUnavailable],
-// [tinystore.ErrTimeout], [tinystore.ErrClosed]): the values before it were
-// published, those after it may still be delivered. An empty vs publishes
-// nothing and returns nil. Errors also: [tinystore.ErrInvalid] for a key out of rule, ctx.Err().
+// then nothing is published. After they left, it returns once every value
+// has its outcome (nothing of the burst is published after it), with the
+// first failure, as for [Branch.Publish] ([tinystore.ErrUnavailable],
+// [tinystore.ErrTimeout], [tinystore.ErrClosed]), naming its value and,
+// when more failed, how many and the last of them. An empty vs publishes
+// nothing. Errors also: [tinystore.ErrInvalid] for a key out of rule,
+// [tinystore.ErrClosed] once the store was closed, and ctx.Err() when ctx
+// ends: before the call nothing is published, during it the values that
+// left may still be published.
 func (b *Branch[T]) PublishMany(ctx context.Context, vs []T) error {
 	if b.err != nil {
 		return b.err
@@ -93,14 +97,11 @@ func (b *Branch[T]) PublishMany(ctx context.Context, vs []T) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if len(vs) == 0 {
-		return nil
-	}
 	data := make([][]byte, len(vs))
 	for i, v := range vs {
 		d, err := json.Marshal(v)
 		if err != nil {
-			return native.Invalid("value %d of the %d given could not be converted to JSON: %v", i, len(vs), err)
+			return native.Invalid("message %d of the %d given: a value could not be converted to JSON: %v", i, len(vs), err)
 		}
 		data[i] = d
 	}

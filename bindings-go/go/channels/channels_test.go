@@ -639,6 +639,13 @@ func TestChan01Chan07PublishManyArrivesInOrderOrNotAtAll(t *testing.T) {
 		if m := testkit.Receive(t, got, 5*time.Second, "the message after the refused burst"); m.Value != "after" {
 			t.Fatalf("got %q, want the message after: the refused burst published some of its values", m.Value)
 		}
+		// A closed store says so, even for an empty burst.
+		closed := stores.Open()
+		late := open[string](t, closed, "chat-events")
+		closed.Close()
+		if err := late.PublishMany(bg, nil); !errors.Is(err, tinystore.ErrClosed) {
+			t.Fatalf("an empty burst on a closed store: %v, want ErrClosed", err)
+		}
 	})
 }
 

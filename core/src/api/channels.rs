@@ -160,10 +160,11 @@ impl<T: Serialize> Branch<T> {
     /// order, as published one after another. Every value is checked
     /// before any leaves: `limit` (over 1 MiB of JSON or nested over 100
     /// deep) or `invalid`, naming the value by its index from 0, and then
-    /// nothing is published. After they left, the first failure, naming its
-    /// value (`unavailable`, `timeout`, `closed`, as for `publish`): those
-    /// before it were published, those after it may still be delivered.
-    /// Empty `values` publish nothing. Must not be called from inside an
+    /// nothing is published. After they left, it returns once every value
+    /// has its outcome (nothing of the burst is published after it), with
+    /// the first failure (`unavailable`, `timeout`, `closed`, as for
+    /// `publish`), naming its value and, when more failed, how many and the
+    /// last of them. Empty `values` publish nothing. Must not be called from inside an
     /// async task (use [`Branch::publish_many_async`] there).
     pub fn publish_many(&self, values: &[T]) -> Result<()> {
         runtime::block_on(self.publish_many_async(values))

@@ -575,10 +575,12 @@ impl Store {
     /// together, as [`Store::publish_raw`] calls made one after another in
     /// [`runtime::block_on`] do. Every message is checked before any leaves:
     /// `invalid` or `limit` (as for `publish_raw`), naming the message by
-    /// its index from 0, and then nothing is published. After they left, the
-    /// first failure, naming its message (`unavailable`, `timeout`,
-    /// `closed`, as for one publish): those before it were published, and
-    /// those after it may still be delivered.
+    /// its index from 0, and then nothing is published. After they left,
+    /// the call resolves once every message has its outcome (nothing of the
+    /// burst is published after it), with the first failure
+    /// (`unavailable`, `timeout`, `closed`, as for one publish), naming its
+    /// message and, when more failed, how many and the last of them: the
+    /// messages outside that range were published.
     pub fn publish_raw_many(&self, channel: &str, branch: &[Key], data: Vec<Box<[u8]>>) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
         self.publish_many(channel, branch, data, true)
     }
@@ -595,10 +597,25 @@ impl Store {
             .and_then(|_| data.iter().enumerate().try_for_each(|(i, d)| check_message(d).and_then(|_| if raw { self.check_raw(d) } else { Ok(()) }).map_err(|e| named(i, e))));
         let publishes = checked.map(|_| data.into_iter().map(|d| self.publish_serialized(channel, branch, d)).collect::<Vec<_>>());
         async move {
+            // Every outcome is awaited, so that none of them is published
+            // after the call returned (a cut connection's queued ones leave
+            // on the reconnect): the first failure is given, with how many.
+            let (mut first, mut failed, mut last) = (None, 0usize, 0usize);
             for (i, p) in publishes?.into_iter().enumerate() {
-                p.await.map_err(|e| named(i, e))?;
+                if let Err(e) = p.await {
+                    first.get_or_insert((i, e));
+                    failed += 1;
+                    last = i;
+                }
             }
-            Ok(())
+            match first {
+                None => Ok(()),
+                Some((i, e)) if failed == 1 => Err(named(i, e)),
+                Some((i, e)) => Err(Error::new(
+                    e.kind(),
+                    format!("messages {i} to {last} of the {count} given had {failed} failures, the others were published; message {i}: {}", e.message()),
+                )),
+            }
         }
     }
 
