@@ -76,7 +76,7 @@ export class Branch<T> implements AsyncIterable<Message<T>> {
    * @throws {@link LimitError} when its JSON is over 1 MiB or nests arrays
    * and objects over 100 deep (nothing is published); {@link InvalidError}
    * for a key out of rule or a value JSON cannot carry, or would carry
-   * changed (NaN, Infinity, a Map, a Set, a lone surrogate); {@link ClosedError} once the store was closed;
+   * changed (NaN, Infinity, a Map, a Set, a lone surrogate, a Buffer or typed array); {@link ClosedError} once the store was closed;
    * {@link UnavailableError} when the store stayed out of reach past the
    * request timeout (nothing published), or the connection was cut before
    * the owner answered (the message may have been delivered).

@@ -48,16 +48,27 @@ export function encode(value: unknown): string {
     )
   }
   // JSON.stringify writes NaN and Infinity as null, a Map or a Set as {},
-  // and a lone surrogate as an escape no UTF-8 reader takes. Looked at again
+  // bytes as {"0":…} or {"type":"Buffer",…}, and a lone surrogate as an
+  // escape no UTF-8 reader takes. Looked at again
   // only when the text has one of those shapes: a plain message pays a scan.
-  if (json.includes('null') || json.includes('{}') || json.includes('\\u')) refuseChanged(value)
+  if (json.includes('null') || json.includes('{}') || json.includes('\\u') || json.includes('{"0":') || json.includes('"type":"Buffer"')) {
+    refuseChanged(value)
+  }
   return json
 }
 
 
 /** Throws an InvalidError for a part of `value` that JSON would carry changed. */
 function refuseChanged(value: unknown): void {
-  JSON.stringify(value, (key: string, v: unknown) => {
+  JSON.stringify(value, function (this: unknown, key: string, v: unknown) {
+    // Before its toJSON: a Buffer comes to the replacer as {type, data}.
+    const original = (this as Record<string, unknown>)[key]
+    if (ArrayBuffer.isView(original) || original instanceof ArrayBuffer) {
+      const kind = (original as object).constructor.name
+      throw new InvalidError(
+        `a message is a value JSON can carry as it is: a ${kind} would arrive as a plain object, not bytes; publish its bytes as text (Buffer.from(bytes).toString('base64')) or as an array (Array.from(bytes))`,
+      )
+    }
     if (typeof v === 'number' && !Number.isFinite(v)) {
       throw new InvalidError(
         `a message is a value JSON can carry as it is: ${v} would arrive as null; publish a finite number, a string or null`,

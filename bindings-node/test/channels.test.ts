@@ -283,12 +283,13 @@ for (const mode of CHAN_MODES) {
       await assert.rejects(ch.publish(undefined), InvalidError)
     })
 
-    it('a value JSON would change (NaN, Infinity, a Map, a Set, a lone surrogate) is an InvalidError, not published changed', async () => {
+    it('a value JSON would change (NaN, Infinity, a Map, a Set, a lone surrogate, bytes) is an InvalidError, not published changed', async () => {
       const s = await store()
       const ch = s.channel<unknown>('lossy')
       const got: unknown[] = []
       const sub = await ch.under(1).subscribe((m) => { got.push(m.value) })
-      for (const bad of [NaN, { x: Infinity }, [1, -Infinity], new Map([[1, 2]]), { s: new Set([1]) }, 'a\ud800b', { ['k']: '\udc00' }]) {
+      const bytes = [Buffer.from([0, 255]), new Uint8Array([1]), { b: new Float64Array([0.5]) }, new ArrayBuffer(2)]
+      for (const bad of [NaN, { x: Infinity }, [1, -Infinity], new Map([[1, 2]]), { s: new Set([1]) }, 'a\ud800b', { ['k']: '\udc00' }, ...bytes]) {
         await assert.rejects(ch.under(1).publish(bad), (e: unknown) => e instanceof InvalidError && /JSON/.test(e.message), String(bad))
       }
       // What JSON carries as it is still goes, nulls and {} included.
