@@ -91,7 +91,9 @@ enum ChannelAction {
         target: String,
         /// The channel, like chat-events.
         channel: String,
-        /// The message, as JSON: '{"kind":"message","id":7}' (or -1).
+        /// The message, as JSON: '{"kind":"message","id":7}' (or -1); `-`
+        /// reads it from standard input (up to the 1 MiB limit, past what a
+        /// command line holds).
         #[arg(allow_negative_numbers = true)]
         json: String,
         /// The branch, one key per --under (repeat to nest).
@@ -341,7 +343,12 @@ fn run_command(cli: Cli) -> Result<ExitCode, Error> {
             }
             Ok(0)
         }
-        Command::Channels { action: ChannelAction::Publish { target, channel, json, under } } => {
+        Command::Channels { action: ChannelAction::Publish { target, channel, mut json, under } } => {
+            if json == "-" {
+                use std::io::Read;
+                json.clear();
+                std::io::stdin().read_to_string(&mut json).map_err(|e| Error::new(ErrorKind::Io, format!("could not read the message from standard input: {e}")))?;
+            }
             // Checked, then passed on as written (no rounding, no reordering).
             serde_json::from_str::<&serde_json::value::RawValue>(json.trim())
                 .map_err(|e| Error::new(ErrorKind::Invalid, format!("the message is not one JSON value ({e}): quote it, like '{{\"kind\":\"message\",\"id\":7}}'")))?;

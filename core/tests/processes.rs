@@ -533,6 +533,27 @@ fn chan_01_the_cli_publishes_a_negative_number() {
     }
 }
 
+/// CHAN-01 and CHAN-07 with the CLI: `-` reads the message from standard
+/// input, so one up to the 1 MiB limit goes (a command line holds 128 KiB).
+#[test]
+fn chan_01_chan_07_the_cli_publishes_a_message_read_from_standard_input() {
+    let d = common::dir();
+    let _server = Server::start(d.path());
+    let store = connect(d.path());
+    let mut it = store.channel::<String>("c").open().unwrap().under(1).messages().unwrap();
+    let big = "x".repeat(600 << 10);
+    let mut cli = Command::new(env!("CARGO_BIN_EXE_tinystore"))
+        .args(["channels", "publish", d.path().to_str().unwrap(), "c", "-", "--under", "1"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    cli.stdin.take().unwrap().write_all(format!("\"{big}\"\n").as_bytes()).unwrap();
+    let out = cli.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(matches!(it.next_timeout(Duration::from_secs(5)).unwrap(), Some(Delivery::Message(m)) if m.value == big));
+}
+
 /// STORE-01: `open` of a store whose owner is frozen (SIGSTOP) fails within
 /// its 5 s, saying which process owns it, that it did not serve this one,
 /// and what to do, not "connect to it" (which `open` just tried).
