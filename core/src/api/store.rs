@@ -579,8 +579,7 @@ impl Store {
     /// the call resolves once every message has its outcome (nothing of the
     /// burst is published after it), with the first failure
     /// (`unavailable`, `timeout`, `closed`, as for one publish), naming its
-    /// message and, when more failed, how many and the last of them: the
-    /// messages outside that range were published.
+    /// message and, when more failed, how many and the last of them.
     pub fn publish_raw_many(&self, channel: &str, branch: &[Key], data: Vec<Box<[u8]>>) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
         self.publish_many(channel, branch, data, true)
     }
@@ -595,7 +594,8 @@ impl Store {
             .and_then(|_| check_name("channel", channel))
             .and_then(|_| branch.iter().try_for_each(Key::check))
             .and_then(|_| data.iter().enumerate().try_for_each(|(i, d)| check_message(d).and_then(|_| if raw { self.check_raw(d) } else { Ok(()) }).map_err(|e| named(i, e))));
-        let publishes = checked.map(|_| data.into_iter().map(|d| self.publish_serialized(channel, branch, d)).collect::<Vec<_>>());
+        // Checked once above: each goes to the backend as it is.
+        let publishes = checked.map(|_| data.into_iter().map(|d| self.inner.backend.publish(channel, branch, d)).collect::<Vec<_>>());
         async move {
             // Every outcome is awaited, so that none of them is published
             // after the call returned (a cut connection's queued ones leave
