@@ -75,6 +75,34 @@ fn chan_03_delivered_after_commit_with_row_readable_and_dropped_on_rollback() {
 
 /// C11: the same payload three times in one transaction arrives three times;
 /// after a rollback, zero times.
+/// CHAN-03: a statement that would end or start a transaction itself
+/// (`commit`, `rollback`, `begin`, `savepoint`, `release`, `end`) is
+/// refused with `invalid` inside a transaction and outside one, so a
+/// transaction stays all or nothing: its function's error rolls back
+/// every row and drops its messages.
+#[test]
+fn chan_03_a_statement_that_ends_or_starts_a_transaction_is_refused() {
+    let (store, _d) = common::store();
+    let db = chat_db(&store);
+    for stmt in ["commit", "  /* mine */ ROLLBACK", "end transaction", "savepoint s1", "release s1", "begin", "-- note\nbegin immediate"] {
+        let r: Result<(), Error> = db.tx(|tx| {
+            tx.exec(sql!("insert into messages (chat_id, text) values (?, ?)", 7, "before"))?;
+            let e = tx.exec(stmt).unwrap_err();
+            assert_eq!(e.code(), "invalid", "{stmt}: {e}");
+            assert!(e.message().contains("tx"), "{stmt}: {e}");
+            tx.exec(sql!("insert into messages (chat_id, text) values (?, ?)", 7, "after"))?;
+            Err(Error::new(tinystore::ErrorKind::Invalid, "the function fails"))
+        });
+        assert_eq!(r.unwrap_err().message(), "the function fails", "{stmt}");
+        let rows: Vec<Count> = db.query("select count(*) as n from messages").unwrap();
+        assert_eq!(rows[0].n, 0, "{stmt}: rows of a failed transaction stand");
+        assert_eq!(db.exec(stmt).unwrap_err().code(), "invalid", "{stmt} outside a transaction");
+    }
+    // Names that only start like one are statements like any other.
+    db.exec("create table commits (id integer primary key)").unwrap();
+    db.exec("insert into commits (id) values (1)").unwrap();
+}
+
 #[test]
 fn chan_03_c11_no_deduplication() {
     let (store, _d) = common::store();

@@ -61,6 +61,11 @@ impl Statement {
     /// infinite is refused with `invalid` naming it (SQLite would store NaN
     /// as null, silently).
     pub fn check(&self) -> Result<()> {
+        if let Some(word) = transaction_control(&self.sql) {
+            return Err(Error::invalid(format!(
+                "`{word}` is the transaction's to say: a statement run here never starts or ends a transaction, so that one is all or nothing (committed when its function returns, rolled back when it fails, CHAN-03); use db.tx for several statements at once"
+            )));
+        }
         for (i, p) in self.params.iter().enumerate() {
             if let SqlValue::Real(f) = p
                 && !f.is_finite()
@@ -75,6 +80,25 @@ impl Statement {
         }
         Ok(())
     }
+}
+
+/// The first word of `sql` (after spaces and comments) when it starts or
+/// ends a transaction: `begin`, `commit`, `end`, `rollback`, `savepoint`,
+/// `release`.
+fn transaction_control(sql: &str) -> Option<String> {
+    let mut rest = sql;
+    loop {
+        rest = rest.trim_start();
+        if let Some(line) = rest.strip_prefix("--") {
+            rest = line.split_once('\n').map_or("", |(_, after)| after);
+        } else if let Some(block) = rest.strip_prefix("/*") {
+            rest = block.split_once("*/").map_or("", |(_, after)| after);
+        } else {
+            break;
+        }
+    }
+    let word: String = rest.chars().take_while(|c| c.is_ascii_alphabetic()).collect::<String>().to_ascii_lowercase();
+    matches!(word.as_str(), "begin" | "commit" | "end" | "rollback" | "savepoint" | "release").then_some(word)
 }
 
 impl From<&str> for Statement {
