@@ -103,6 +103,30 @@ fn chan_03_a_statement_that_ends_or_starts_a_transaction_is_refused() {
     db.exec("insert into commits (id) values (1)").unwrap();
 }
 
+/// A database whose migrations are all applied opens while another
+/// handle holds a long transaction: checking them takes reads only.
+#[test]
+fn sql_a_database_with_every_migration_applied_opens_without_the_writer() {
+    let (store, _d) = common::store();
+    let db = chat_db(&store);
+    let (in_tx, done) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+    let holder = std::thread::spawn(move || {
+        db.tx(|tx| -> tinystore::Result<()> {
+            tx.exec(sql!("insert into chats (id, title) values (?, ?)", 8, "eight"))?;
+            in_tx.0.send(()).unwrap();
+            done.1.recv().unwrap();
+            Ok(())
+        })
+    });
+    in_tx.1.recv().unwrap();
+    let again = store.database("chat").migrations(store.dir().join("migrations")).busy_timeout(Duration::from_millis(300)).open();
+    done.0.send(()).unwrap();
+    holder.join().unwrap().unwrap();
+    let again = again.expect("opened while another held the writer");
+    let rows: Vec<Count> = again.query("select count(*) as n from chats").unwrap();
+    assert_eq!(rows[0].n, 2);
+}
+
 #[test]
 fn chan_03_c11_no_deduplication() {
     let (store, _d) = common::store();
