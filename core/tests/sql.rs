@@ -98,6 +98,7 @@ fn chan_03_a_statement_that_ends_or_starts_a_transaction_is_refused() {
         assert_eq!(rows[0].n, 0, "{stmt}: rows of a failed transaction stand");
         assert_eq!(db.exec(stmt).unwrap_err().code(), "invalid", "{stmt} outside a transaction");
     }
+    assert_eq!(db.exec("  ").unwrap_err().code(), "invalid", "an empty statement");
     // Names that only start like one are statements like any other.
     db.exec("create table commits (id integer primary key)").unwrap();
     db.exec("insert into commits (id) values (1)").unwrap();

@@ -61,6 +61,9 @@ impl Statement {
     /// infinite is refused with `invalid` naming it (SQLite would store NaN
     /// as null, silently).
     pub fn check(&self) -> Result<()> {
+        if self.sql.trim().is_empty() {
+            return Err(Error::invalid("a statement is SQL text, like \"select id from chats where id = ?\"; got an empty one"));
+        }
         if let Some(word) = transaction_control(&self.sql) {
             return Err(Error::invalid(format!(
                 "`{word}` is the transaction's to say: a statement run here never starts or ends a transaction, so that one is all or nothing (committed when its function returns, rolled back when it fails, CHAN-03); use db.tx for several statements at once"
