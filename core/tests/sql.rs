@@ -104,6 +104,18 @@ fn chan_03_a_statement_that_ends_or_starts_a_transaction_is_refused() {
     db.exec("insert into commits (id) values (1)").unwrap();
 }
 
+/// `changes` counts the rows a statement changed: 0 for one that changes
+/// none (SQLite's own count repeats the last insert's).
+#[test]
+fn sql_changes_is_zero_for_a_statement_that_changes_no_rows() {
+    let (store, _d) = common::store();
+    let db = chat_db(&store);
+    assert_eq!(db.exec("insert into chats (id, title) values (9, 'nine')").unwrap().changes, 1);
+    assert_eq!(db.exec("create table notes (id integer primary key)").unwrap().changes, 0);
+    assert_eq!(db.exec("update chats set title = 'x' where id = 1000").unwrap().changes, 0);
+    assert_eq!(db.exec("update chats set title = 'x'").unwrap().changes, 2);
+}
+
 /// A database whose migrations are all applied opens while another
 /// handle holds a long transaction: checking them takes reads only.
 #[test]

@@ -711,8 +711,12 @@ impl<'t, T: Serialize> TxBranch<'t, T> {
 fn exec_on(c: &Connection, s: &Statement) -> Result<Done> {
     s.check()?;
     let mut st = c.prepare_cached(&s.sql)?;
+    let before = c.total_changes();
     let changes = st.execute(rusqlite::params_from_iter(s.params.iter()))?;
-    Ok(Done { changes: changes as u64, last_insert_rowid: c.last_insert_rowid() })
+    // SQLite's count is the last insert, update or delete's: a statement
+    // that is none of them (create, alter, attach) changed no rows.
+    let changes = if c.total_changes() == before { 0 } else { changes as u64 };
+    Ok(Done { changes, last_insert_rowid: c.last_insert_rowid() })
 }
 
 fn rows_on(c: &Connection, s: &Statement) -> Result<Rows> {
