@@ -140,7 +140,17 @@ pub fn sql_value(obj: &Bound<'_, PyAny>) -> PyResult<SqlValue> {
     } else if obj.is_instance_of::<PyFloat>() {
         Ok(SqlValue::Real(obj.extract()?))
     } else if let Ok(s) = obj.cast::<PyString>() {
-        Ok(SqlValue::Text(s.to_cow()?.into_owned()))
+        match s.to_cow() {
+            Ok(text) => Ok(SqlValue::Text(text.into_owned())),
+            // A lone surrogate: no UTF-8 for it, which SQLite's text is.
+            Err(_) => Err(error::to_py(
+                obj.py(),
+                Error::new(
+                    ErrorKind::Invalid,
+                    r#"a SQL text parameter is text that UTF-8 can carry: this one has a lone surrogate (like "\ud800"); mend it first (for example text.encode("utf-8", "replace").decode()), or bind bytes"#,
+                ),
+            )),
+        }
     } else if let Ok(b) = obj.cast::<PyBytes>() {
         Ok(SqlValue::Blob(b.as_bytes().to_vec()))
     } else if obj.is_instance_of::<PyByteArray>() || obj.is_instance_of::<PyMemoryView>() {

@@ -165,6 +165,15 @@ async def test_chan_03_a_transaction_refuses_a_channel_of_another_store(stores, 
         await other.close()
 
 
+async def test_a_text_parameter_with_a_lone_surrogate_is_an_invalid_error(store: tinystore.Store) -> None:
+    """No UTF-8 for it: a tinystore error, not the codec's, and nothing written."""
+    db = await store.database("params")
+    await db.exec("create table s (t text)")
+    with pytest.raises(tinystore.InvalidError, match="lone surrogate"):
+        await db.exec("insert into s values (?)", "a\ud800")
+    assert await db.query("select count(*) as n from s") == [{"n": 0}]
+
+
 async def test_a_nan_or_infinite_parameter_is_refused_naming_it(store: tinystore.Store) -> None:
     """The engine refuses a real that is NaN or infinite, for every binding
     (SQLite would store NaN as null, silently): an InvalidError naming the
