@@ -1,6 +1,8 @@
 import { type Branch, storeOf } from './channel'
 import * as check from './check'
-import { InvalidError, now, settle } from './errors'
+import { AsyncLocalStorage } from 'node:async_hooks'
+
+import { ConflictError, InvalidError, now, settle } from './errors'
 import { encode } from './message'
 import type { NativeDatabase, NativeDone, NativeRows, NativeStore, NativeTx } from './native'
 import type { Key } from './types'
@@ -73,6 +75,29 @@ function rows<R>(r: NativeRows): R[] {
   })
 }
 
+/** A transaction of the database file `file` that has not ended. */
+interface Open {
+  readonly file: string
+  open: boolean
+}
+
+// The transactions the running code is inside (what their functions await
+// or start inherits it; `open` turns false when one ends).
+const inside = new AsyncLocalStorage<readonly Open[]>()
+
+/**
+ * Refuses a write through the database `file` from inside one of its
+ * transactions: it would wait for the writer that transaction holds until
+ * its function ends, the busy timeout long.
+ */
+function checkNotInside(file: string, name: string, what: string): void {
+  if (inside.getStore()?.some((t) => t.open && t.file === file)) {
+    throw new ConflictError(
+      `${what} inside db.tx of the same database ('${name}') would wait for that transaction, which holds the database's writer until its function returns: use the tx it was given (tx.exec, tx.query), or write after the transaction`,
+    )
+  }
+}
+
 /** What runs statements: a database or a transaction. */
 abstract class Statements {
   /** @internal */
@@ -114,11 +139,26 @@ abstract class Statements {
 export class Database extends Statements {
   /** @internal */
   protected readonly target: NativeDatabase
+  readonly #file: string
+  readonly #name: string
 
-  /** @internal Made by `store.database`. */
-  constructor(native: NativeDatabase) {
+  /** @internal Made by `store.database`: `file` names its SQLite file. */
+  constructor(native: NativeDatabase, file: string, name: string) {
     super()
     this.target = native
+    this.#file = file
+    this.#name = name
+  }
+
+  /**
+   * As {@link Statements.exec}.
+   *
+   * @throws {@link ConflictError} at once when called inside a `db.tx` of
+   * the same database (use its `tx`); as {@link Statements.exec} otherwise.
+   */
+  override async exec(sql: Statement, ...params: SqlParam[]): Promise<Done> {
+    checkNotInside(this.#file, this.#name, 'db.exec')
+    return super.exec(sql, ...params)
   }
 
   /**
@@ -131,18 +171,23 @@ export class Database extends Statements {
    * @returns What `fn` returned.
    * @throws `fn`'s own error, unchanged, after the rollback;
    * {@link BusyError} when another writer kept the database past the busy
-   * timeout; {@link SqlError} when the commit failed.
+   * timeout; {@link SqlError} when the commit failed; {@link ConflictError}
+   * at once when called inside a `db.tx` of the same database.
    */
   async tx<R>(fn: (tx: Tx) => R | PromiseLike<R>): Promise<R> {
     check.fn('the work given to db.tx', fn, 'async (tx) => { ... }')
+    checkNotInside(this.#file, this.#name, 'db.tx')
     const native = await settle(this.target.begin())
+    const open: Open = { file: this.#file, open: true }
     let value: R
     try {
-      value = await fn(new Tx(native))
+      value = await inside.run([...(inside.getStore() ?? []), open], () => fn(new Tx(native)))
     } catch (err) {
+      open.open = false
       await native.rollback().catch(() => {})
       throw err
     }
+    open.open = false
     await settle(native.commit())
     return value
   }

@@ -259,7 +259,7 @@ export class Store {
     if (migrations !== undefined && typeof migrations !== 'string') {
       throw new InvalidError(`migrations is the path of a folder of numbered .sql files, like 'migrations'; got ${check.describe(migrations)}`)
     }
-    return new Database(await now(() => this.#native.database(name, migrations)))
+    return new Database(await now(() => this.#native.database(name, migrations)), `${this.dir}/${name}.db`, name)
   }
 
   /**

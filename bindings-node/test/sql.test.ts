@@ -3,7 +3,7 @@ import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
 
-import { InvalidError, SqlError, type Message } from 'tinystore'
+import { ConflictError, InvalidError, SqlError, type Message } from 'tinystore'
 
 import { CHAN_MODES, sleep, suiteStores, tempDir, until } from './helpers'
 
@@ -138,6 +138,22 @@ for (const mode of CHAN_MODES) {
         kept = tx
       })
       await assert.rejects(kept!.exec('select 1'), /ended/)
+    })
+
+    it('db.exec or db.tx of the same database inside db.tx is a ConflictError at once, not a wait on its own writer', async () => {
+      const { store, db } = await database()
+      const same = await store.database('notes')
+      const started = Date.now()
+      await db.tx(async (tx) => {
+        await tx.exec('insert into notes (text) values (?)', 'in tx')
+        await assert.rejects(db.exec('insert into notes (text) values (?)', 'beside'), ConflictError)
+        await assert.rejects(same.exec('insert into notes (text) values (?)', 'beside'), ConflictError)
+        await assert.rejects(db.tx(() => 1), ConflictError)
+      })
+      assert.ok(Date.now() - started < 2000, `took ${Date.now() - started} ms`)
+      // After it, writes go as before.
+      await db.exec('insert into notes (text) values (?)', 'after')
+      assert.deepEqual((await db.query<{ n: number }>('select count(*) as n from notes'))[0]!.n, 2)
     })
 
     it('CHAN-03 a transaction refuses a channel of another store, and nothing of it is written', async () => {
