@@ -97,15 +97,18 @@ func (b *Branch[T]) PublishMany(ctx context.Context, vs []T) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	data := make([][]byte, len(vs))
+	// One buffer for the burst: each value's JSON after the one before.
+	var data []byte
+	lens := make([]int, len(vs))
 	for i, v := range vs {
 		d, err := json.Marshal(v)
 		if err != nil {
 			return native.Invalid("message %d of the %d given: a value could not be converted to JSON: %v", i, len(vs), err)
 		}
-		data[i] = d
+		data = append(data, d...)
+		lens[i] = len(d)
 	}
-	return b.n.PublishMany(ctx, b.channel, b.keys, data)
+	return b.n.PublishMany(ctx, b.channel, b.keys, data, lens)
 }
 
 // Subscribe calls handler with each message published to the branch after

@@ -178,7 +178,7 @@ impl<T: Serialize> Branch<T> {
         let data = values
             .iter()
             .enumerate()
-            .map(|(i, v)| json_bytes(v).map_err(|e| Error::new(e.kind(), format!("message {i} of the {count} given: {}", e.message()))))
+            .map(|(i, v)| json_bytes(v).map_err(|e| crate::api::store::of_burst(i, count, e)))
             .collect::<Result<Vec<_>>>();
         let sent = data.map(|data| self.store.publish_many(&self.channel, &self.path, data, false));
         async move { sent?.await }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 use rusqlite::types::ValueRef;
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
@@ -757,20 +757,31 @@ fn query_on<T: DeserializeOwned>(c: &Connection, s: &Statement) -> Result<Vec<T>
     Ok(out)
 }
 
-/// True when every file of `files` is applied with its text unchanged,
+/// A numbered `.sql` file of a migrations folder.
+struct Migration {
+    version: i64,
+    name: String,
+    path: PathBuf,
+}
+
+impl Migration {
+    /// With its text and that text's checksum.
+    fn read(self) -> Result<(Migration, String, String)> {
+        let text = std::fs::read_to_string(&self.path).map_err(|e| Error::io(&format!("could not read {}", self.path.display()), e))?;
+        let sum = format!("{:x}", Sha256::digest(text.as_bytes()));
+        Ok((self, text, sum))
+    }
+}
+
+/// True when every one of `files` is applied with its text unchanged,
 /// found by reads alone.
-fn all_applied(c: &Connection, files: &[(i64, String, std::path::PathBuf)]) -> Result<bool> {
+fn all_applied(c: &Connection, files: &[(Migration, String, String)]) -> Result<bool> {
     let table: i64 = c.query_row("select count(*) from sqlite_master where type = 'table' and name = '_tinystore_migrations'", [], |r| r.get(0))?;
     if table == 0 {
         return Ok(files.is_empty());
     }
-    for (version, _, path) in files {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(&format!("could not read {}", path.display()), e))?;
-        let sum = format!("{:x}", Sha256::digest(text.as_bytes()));
-        let applied: Option<String> = c
-            .query_row("select checksum from _tinystore_migrations where version = ?1", [version], |r| r.get(0))
-            .map(Some)
-            .or_else(|e| if e == rusqlite::Error::QueryReturnedNoRows { Ok(None) } else { Err(e) })?;
+    for (m, _, sum) in files {
+        let applied: Option<String> = c.query_row("select checksum from _tinystore_migrations where version = ?1", [m.version], |r| r.get(0)).optional()?;
         if applied.as_deref() != Some(sum.as_str()) {
             return Ok(false);
         }
@@ -794,17 +805,18 @@ fn migrate(c: &Connection, dir: &Path) -> Result<()> {
                 "migration {name} has no number: name migrations like 0004_summary_fence.sql"
             )));
         };
-        files.push((version, name, entry.path()));
+        files.push(Migration { version, name, path: entry.path() });
     }
-    files.sort();
+    files.sort_by_key(|m| m.version);
     for w in files.windows(2) {
-        if w[0].0 == w[1].0 {
+        if w[0].version == w[1].version {
             return Err(Error::invalid(format!(
                 "migrations {} and {} have the same number {}: give each its own",
-                w[0].1, w[1].1, w[0].0
+                w[0].name, w[1].name, w[0].version
             )));
         }
     }
+    let files = files.into_iter().map(Migration::read).collect::<Result<Vec<_>>>()?;
     if all_applied(c, &files)? {
         // Read only: a process opening a database whose migrations are all
         // in does not wait for another's long transaction.
@@ -815,17 +827,14 @@ fn migrate(c: &Connection, dir: &Path) -> Result<()> {
         [],
     )?;
     let latest: Option<i64> = c.query_row("select max(version) from _tinystore_migrations", [], |r| r.get(0))?;
-    for (version, name, path) in files {
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&format!("could not read {}", path.display()), e))?;
-        let sum = format!("{:x}", Sha256::digest(text.as_bytes()));
+    for (Migration { version, name, .. }, text, sum) in files {
         let mut conn_tx = rusqlite::Transaction::new_unchecked(c, TransactionBehavior::Immediate)?;
         conn_tx.set_drop_behavior(rusqlite::DropBehavior::Rollback);
         let applied: Option<(String, String)> = conn_tx
             .query_row("select name, checksum from _tinystore_migrations where version = ?1", [version], |r| {
                 Ok((r.get(0)?, r.get(1)?))
             })
-            .map(Some)
-            .or_else(|e| if e == rusqlite::Error::QueryReturnedNoRows { Ok(None) } else { Err(e) })?;
+            .optional()?;
         match applied {
             Some((_, old)) if old == sum => continue,
             Some((old_name, _)) => {

@@ -257,6 +257,11 @@ struct Inner {
     backend: Box<dyn Backend>,
 }
 
+/// `e`, about message `i` of a burst of `count`: the message named.
+pub(crate) fn of_burst(i: usize, count: usize, e: Error) -> Error {
+    Error::new(e.kind(), format!("message {i} of the {count} given: {}", e.message()))
+}
+
 impl Store {
     /// Opens (creating it if needed) the store directory `dir`: owns it if
     /// no live process does, else connects to its owner (STORE-01).
@@ -588,7 +593,7 @@ impl Store {
     /// (checked as JSON), not from serde.
     pub(crate) fn publish_many(&self, channel: &str, branch: &[Key], data: Vec<Box<[u8]>>, raw: bool) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
         let count = data.len();
-        let named = move |i: usize, e: Error| Error::new(e.kind(), format!("message {i} of the {count} given: {}", e.message()));
+        let named = move |i: usize, e: Error| of_burst(i, count, e);
         let checked = self
             .check_open()
             .and_then(|_| check_name("channel", channel))

@@ -21,24 +21,19 @@ func (s *Store) CheckChannel(name string) error {
 	return err
 }
 
-// PublishMany publishes messages (each one JSON value) to the branch keys
-// of channel, in order, in one call to the library, and returns once the
+// PublishMany publishes messages (each one JSON value; message i is the
+// lens[i] bytes of data after the ones before it) to the branch keys of
+// channel, in order, in one call to the library, and returns once the
 // store has every one: they leave together, and this goroutine waits in
 // the library, whose thread reads their answers.
-func (s *Store) PublishMany(ctx context.Context, channel string, keys []any, messages [][]byte) error {
+func (s *Store) PublishMany(ctx context.Context, channel string, keys []any, data []byte, messageLens []int) error {
 	kv, err := keyValues(keys)
 	if err != nil {
 		return err
 	}
-	total := 0
-	for _, m := range messages {
-		total += len(m)
-	}
-	data := make([]byte, 0, total)
-	lens := make([]C.size_t, len(messages))
-	for i, m := range messages {
-		data = append(data, m...)
-		lens[i] = C.size_t(len(m))
+	lens := make([]C.size_t, len(messageLens))
+	for i, n := range messageLens {
+		lens[i] = C.size_t(n)
 	}
 	cp, cn := ptr(channel)
 	vp, vn, bp, bn := kv.ptrs()

@@ -101,7 +101,6 @@ struct Outbox {
     gone: AtomicBool,
     /// Holds waiting in line, by hold id.
     waits: Mutex<HashMap<u64, InLine>>,
-
     /// How many wait in line, and whether the client pipelines: the
     /// connection's reader spins only when neither ([`crate::net::spin`]).
     hints: Arc<OwnerHints>,

@@ -362,15 +362,6 @@ impl ServedConnection {
         Ok(())
     }
 
-    /// A lease taken back may outlive this owner too: its ttl is written
-    /// down as a grant's is ([`Server::grant`]), before it is answered.
-    fn note_remote_ttl(&self, engine: &Engine, lock: &str, ttl: Duration) -> Result<()> {
-        if engine.note_remote_ttl(lock, ttl) {
-            crate::net::files::record_remote_lock_ttl(&self.server.dir, lock, ttl)?;
-        }
-        Ok(())
-    }
-
     /// A holder of the previous owner re-presents its lease (STORE-01): taken
     /// back with its fence unchanged, as a renewal, while the new owner's
     /// grace lasts; else `lost`.
@@ -389,7 +380,6 @@ impl ServedConnection {
             return Err(Error::invalid("a lease of a lock is re-presented with its fence"));
         }
         let table = engine.lock_table(&lock, kind)?;
-        self.note_remote_ttl(engine, &lock, ttl)?;
         let session = self.session.clone().expect("hello was said");
         let holder = Holder(holder_id(&session, r.holder.unwrap_or(0)));
         let fence = if kind == Kind::Lock { r.fence } else { None };
