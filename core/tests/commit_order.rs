@@ -214,10 +214,11 @@ fn chan_03_late_messages_are_refused_and_plain_publishes_wait_their_turn() {
     assert!(it.next_timeout(Duration::from_millis(300)).unwrap().is_none(), "the late message is not delivered");
 }
 
-/// A version 2 client (before tickets) is still served; version 1 is told
-/// to use one version.
+/// A version 2 client (before tickets) and a version 3 client (before
+/// bursts) are still served; version 1 and a newer client are told to use
+/// one version.
 #[test]
-fn chan_03_wire_a_version_2_client_keeps_working() {
+fn chan_03_wire_a_version_2_or_3_client_keeps_working() {
     use serde_json::json;
     let (store, _d, dir) = owner();
     let events = store.channel::<i64>("order").open().unwrap();
@@ -228,5 +229,14 @@ fn chan_03_wire_a_version_2_client_keeps_working() {
     assert!(matches!(it.next_timeout(Duration::from_secs(2)).unwrap(), Some(Delivery::Message(m)) if m.value == 7));
     let (_, refused) = raw::Conn::open(&dir, 1);
     assert_eq!(refused["err"]["code"], "protocol", "{refused}");
-    assert!(refused["err"]["message"].as_str().unwrap().contains("versions 2 to 3"), "{refused}");
+    assert!(refused["err"]["message"].as_str().unwrap().contains("versions 2 to 4"), "{refused}");
+    // A version 3 client (before bursts) is served as before.
+    let (mut three, hello) = raw::Conn::open(&dir, 3);
+    assert_eq!(hello["ok"]["version"], 4, "{hello}");
+    assert!(three.call(json!({"id": 1, "op": "publish", "channel": "order", "branch": ["all"], "data": 8}))["ok"].is_null());
+    assert!(matches!(it.next_timeout(Duration::from_secs(2)).unwrap(), Some(Delivery::Message(m)) if m.value == 8));
+    // A client newer than this owner is told to use one version.
+    let (_, newer) = raw::Conn::open(&dir, 5);
+    assert_eq!(newer["err"]["code"], "protocol", "{newer}");
+    assert!(newer["err"]["message"].as_str().unwrap().contains("use the same tinystore version on both sides"), "{newer}");
 }

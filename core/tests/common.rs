@@ -50,6 +50,8 @@ pub mod proxy {
         drop_renew_every: AtomicU64,
         renews: AtomicU64,
         generation: AtomicU64,
+        /// Frames read from clients (stalled or not).
+        client_frames: AtomicU64,
     }
 
     pub struct Proxy {
@@ -107,6 +109,11 @@ pub mod proxy {
             self.faults.drop_renew_every.store(every, Ordering::SeqCst);
         }
 
+        /// Frames read from clients so far, held by a stall or not.
+        pub fn client_frames(&self) -> u64 {
+            self.faults.client_frames.load(Ordering::SeqCst)
+        }
+
         pub fn renewals_seen(&self) -> u64 {
             self.faults.renews.load(Ordering::SeqCst)
         }
@@ -123,6 +130,9 @@ pub mod proxy {
                 let mut body = vec![0u8; n];
                 if from.read_exact(&mut body).is_err() {
                     break;
+                }
+                if client_side {
+                    f.client_frames.fetch_add(1, Ordering::SeqCst);
                 }
                 while f.stalled.load(Ordering::SeqCst) && f.generation.load(Ordering::SeqCst) == epoch {
                     std::thread::sleep(Duration::from_millis(5));

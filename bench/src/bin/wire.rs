@@ -139,6 +139,51 @@ fn ours_pipelined(store: &Store, subscriber: &Store) -> f64 {
     got.load(Ordering::Relaxed) as f64 / t.elapsed().as_secs_f64()
 }
 
+/// 64 publishes in flight as bursts (`publish_raw_many`, one request a
+/// burst): two bursts of 32 at a time (`WIRE_BURST` changes the size),
+/// read by a subscription of `subscriber`; Redis's pipeline of 64 is one
+/// burst waited for whole.
+fn ours_bursts(store: &Store, subscriber: &Store) -> f64 {
+    let sub = runtime::block_on(subscriber.subscribe_raw("bench", &[Key::from(3)], Scope::Branch, None)).unwrap();
+    let size: u64 = std::env::var("WIRE_BURST").ok().and_then(|v| v.parse().ok()).unwrap_or(32);
+    let n = pipelined_messages() / size * size;
+    let got = Arc::new(AtomicU64::new(0));
+    let g = got.clone();
+    let reader = std::thread::spawn(move || {
+        runtime::block_on(async {
+            let mut seen = 0u64;
+            while seen < n {
+                for ev in sub.next_batch(4096).await {
+                    seen += match ev {
+                        Event::Message(_) => 1,
+                        Event::Missed(m) => m.count.unwrap_or(0),
+                    };
+                    if let Event::Message(_) = ev {
+                        g.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        })
+    });
+    let branch = [Key::from(3)];
+    let t = Instant::now();
+    runtime::block_on(async {
+        let mut inflight = std::collections::VecDeque::new();
+        for b in 0..n / size {
+            let burst: Vec<Box<[u8]>> = (0..size).map(|i| format!("{{\"id\":{}}}", b * size + i).into_bytes().into_boxed_slice()).collect();
+            inflight.push_back(store.publish_raw_many("bench", &branch, burst));
+            if inflight.len() as u64 * size >= 64 {
+                inflight.pop_front().unwrap().await.unwrap();
+            }
+        }
+        for f in inflight {
+            f.await.unwrap();
+        }
+    });
+    reader.join().unwrap();
+    got.load(Ordering::Relaxed) as f64 / t.elapsed().as_secs_f64()
+}
+
 fn ours_hold_release(store: &Store) -> f64 {
     let lock = store.lock("bench").open().unwrap();
     let n = 10_000;
@@ -539,7 +584,7 @@ fn main() {
         };
         println!("| {name} | {ours:.0}/s | {theirs:.0}/s | {:.2} | {nats} | {trips} |", ours / theirs);
     };
-    // WIRE_ONLY=publish-1|publish-64|publish-64-shared|fanout|hold|contended|tx runs one row
+    // WIRE_ONLY=publish-1|publish-64|publish-64-bursts|publish-64-shared|fanout|hold|contended|tx runs one row
     // (a comma-separated list runs several), and WIRE_OURS_ONLY=1 skips the
     // peers (for profiling).
     let only = std::env::var("WIRE_ONLY").ok();
@@ -559,6 +604,14 @@ fn main() {
     row("publish→deliver, one at a time", "publish-1", &|| ours_one_at_a_time(&store), &|| redis_one_at_a_time(&url), None, true);
     let subscriber = Store::connect(&address).unwrap();
     row("publish→deliver, 64 in flight", "publish-64", &|| ours_pipelined(&store, &subscriber), &|| redis_pipelined(&url), Some(&|u| nats_publish(u, 1, pipelined_messages())), false);
+    row(
+        "publish→deliver, 64 in flight as bursts (publish_raw_many: 2 of 32)",
+        "publish-64-bursts",
+        &|| ours_bursts(&store, &subscriber),
+        &|| redis_pipelined(&url),
+        Some(&|u| nats_publish(u, 1, pipelined_messages())),
+        false,
+    );
     // One store publishing and subscribing: Redis cannot (a subscribed
     // connection only listens), so its peer is the same two connections.
     row("publish→deliver, 64 in flight, one connection for both (Redis: two)", "publish-64-shared", &|| ours_pipelined(&store, &store), &|| redis_pipelined(&url), None, false);

@@ -75,8 +75,9 @@ func (b *Branch[T]) Publish(ctx context.Context, v T) error {
 // PublishMany publishes vs (each as JSON) to the branch, in their order,
 // and returns once the store has every one: a burst (a backlog answered,
 // events replayed) in one call, where Publish would take a round trip, or
-// a goroutine, each. Connected, they leave in one write. Subscribers get
-// them in order, as published one after another.
+// a goroutine, each. Connected, they leave together, in requests of up
+// to 1,024 values and 1 MiB, each answered once. Subscribers get them in
+// order, as published one after another.
 //
 // Every value is encoded and checked before any leaves: an error naming
 // the value by its index from 0 ([tinystore.ErrLimit] over 1 MiB or nested

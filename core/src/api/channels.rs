@@ -155,8 +155,9 @@ impl<T: Serialize> Branch<T> {
 
     /// Publishes `values` to this branch, in their order, and returns once
     /// the store has every one: a burst (a backlog answered, events
-    /// replayed) in one call, leaving together (one write over a
-    /// connection) where `publish` waits for each. Subscribers get them in
+    /// replayed) in one call, leaving together where `publish` waits for
+    /// each (over a connection, in requests of up to 1,024 messages and
+    /// 1 MiB, each answered once: docs/wire.md). Subscribers get them in
     /// order, as published one after another. Every value is checked
     /// before any leaves: `limit` (over 1 MiB of JSON or nested over 100
     /// deep) or `invalid`, naming the value by its index from 0, and then
@@ -178,7 +179,7 @@ impl<T: Serialize> Branch<T> {
         let data = values
             .iter()
             .enumerate()
-            .map(|(i, v)| json_bytes(v).map_err(|e| crate::api::store::of_burst(i, count, e)))
+            .map(|(i, v)| json_bytes(v).map_err(|e| e.of_burst(i, count)))
             .collect::<Result<Vec<_>>>();
         let sent = data.map(|data| self.store.publish_many(&self.channel, &self.path, data, false));
         async move { sent?.await }

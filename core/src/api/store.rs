@@ -257,10 +257,6 @@ struct Inner {
     backend: Box<dyn Backend>,
 }
 
-/// `e`, about message `i` of a burst of `count`: the message named.
-pub(crate) fn of_burst(i: usize, count: usize, e: Error) -> Error {
-    Error::new(e.kind(), format!("message {i} of the {count} given: {}", e.message()))
-}
 
 impl Store {
     /// Opens (creating it if needed) the store directory `dir`: owns it if
@@ -593,24 +589,24 @@ impl Store {
     /// (checked as JSON), not from serde.
     pub(crate) fn publish_many(&self, channel: &str, branch: &[Key], data: Vec<Box<[u8]>>, raw: bool) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
         let count = data.len();
-        let named = move |i: usize, e: Error| of_burst(i, count, e);
+        let named = move |i: usize, e: Error| e.of_burst(i, count);
         let checked = self
             .check_open()
             .and_then(|_| check_name("channel", channel))
             .and_then(|_| branch.iter().try_for_each(Key::check))
             .and_then(|_| data.iter().enumerate().try_for_each(|(i, d)| check_message(d).and_then(|_| if raw { self.check_raw(d) } else { Ok(()) }).map_err(|e| named(i, e))));
-        // Checked once above: each goes to the backend as it is.
-        let publishes = checked.map(|_| data.into_iter().map(|d| self.inner.backend.publish(channel, branch, d)).collect::<Vec<_>>());
+        // Checked once above: the burst goes to the backend as it is.
+        let parts = checked.and_then(|_| self.inner.backend.publish_burst(channel, branch, data).map_err(|(i, e)| named(i, e)));
         async move {
             // Every outcome is awaited, so that none of them is published
             // after the call returned (a cut connection's queued ones leave
             // on the reconnect): the first failure is given, with how many.
             let (mut first, mut failed, mut last) = (None, 0usize, 0usize);
-            for (i, p) in publishes?.into_iter().enumerate() {
+            for (i, n, p) in parts? {
                 if let Err(e) = p.await {
                     first.get_or_insert((i, e));
-                    failed += 1;
-                    last = i;
+                    failed += n;
+                    last = i + n - 1;
                 }
             }
             match first {

@@ -127,6 +127,11 @@ impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
         Error { kind, message: message.into() }
     }
+
+    /// This error, about message `i` of a burst of `count`: the message named.
+    pub(crate) fn of_burst(self, i: usize, count: usize) -> Error {
+        Error::new(self.kind, format!("message {i} of the {count} given: {}", self.message))
+    }
     /// What kind of failure this is.
     pub fn kind(&self) -> ErrorKind {
         self.kind

@@ -17,10 +17,16 @@ use crate::base::key::Key;
 use crate::base::limits::MAX_MESSAGE_BYTES;
 
 /// The protocol version this build speaks.
-/// Version 3 adds transactions' tickets (`ticket`, `publish` with
-/// `ticket`, `ticket_end`) and `adopt` (a lease re-presented to a new
-/// owner); an owner still serves version 2 clients, which send neither.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// Version 4 adds a burst: `publish` with `messages` (many messages to
+/// one branch, answered once). Version 3 added transactions' tickets
+/// (`ticket`, `publish` with `ticket`, `ticket_end`) and `adopt` (a lease
+/// re-presented to a new owner). An owner still serves version 2 and 3
+/// clients, which send none of what came after them.
+pub const PROTOCOL_VERSION: u32 = 4;
+
+/// The most messages one `publish` with `messages` carries: a branch's
+/// log (a burst longer than that goes in several requests).
+pub const MAX_BURST_MESSAGES: usize = crate::base::limits::BRANCH_LOG_MESSAGES;
 
 /// The oldest client version an owner of this build serves.
 pub const OLDEST_CLIENT_VERSION: u32 = 2;
@@ -62,6 +68,10 @@ pub struct Request<'a> {
     /// publish: the message, any JSON (`null` too: present, not missing).
     #[serde(default, borrow, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub data: Option<&'a RawValue>,
+    /// publish (version 4), instead of `data`: a burst of messages to one
+    /// branch, published in their order and answered once.
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<Vec<&'a RawValue>>,
     /// subscribe, unsubscribe: the subscription's number, chosen by the client.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sub: Option<u64>,
@@ -324,19 +334,43 @@ pub(crate) fn publish_frame_into(buf: &mut Vec<u8>, id: u64, channel: &str, bran
     let data = data.get().as_bytes();
     let middle = target.json(channel, branch);
     buf.clear();
-    buf.reserve(32 + middle.len() + data.len());
+    buf.reserve(40 + middle.len() + data.len());
     buf.extend_from_slice(&[0; 4]);
     buf.extend_from_slice(ANSWER_PREFIX);
     push_u64(buf, id);
     buf.extend_from_slice(middle);
+    buf.extend_from_slice(b",\"data\":");
     buf.extend_from_slice(data);
     buf.push(b'}');
     let len = (buf.len() - 4) as u32;
     buf[..4].copy_from_slice(&len.to_be_bytes());
 }
 
+/// A burst's `publish` frame (`"messages":[…]` in place of `data`), in the
+/// shape [`fast_publish`] reads, written into `buf` (cleared first):
+/// `data` are JSON values already checked, copied as they are.
+pub(crate) fn publish_burst_frame_into(buf: &mut Vec<u8>, id: u64, channel: &str, branch: &[Key], data: &[&RawValue], target: &mut PublishTarget) {
+    let middle = target.json(channel, branch);
+    buf.clear();
+    buf.reserve(48 + middle.len() + data.iter().map(|d| d.get().len() + 1).sum::<usize>());
+    buf.extend_from_slice(&[0; 4]);
+    buf.extend_from_slice(ANSWER_PREFIX);
+    push_u64(buf, id);
+    buf.extend_from_slice(middle);
+    buf.extend_from_slice(b",\"messages\":[");
+    for (i, d) in data.iter().enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        buf.extend_from_slice(d.get().as_bytes());
+    }
+    buf.extend_from_slice(b"]}");
+    let len = (buf.len() - 4) as u32;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+}
+
 /// The channel and branch of a publish frame as written last:
-/// `,"op":"publish","channel":…,"branch":[…],"data":`.
+/// `,"op":"publish","channel":…,"branch":[…]`.
 #[derive(Debug, Default)]
 pub(crate) struct PublishTarget {
     channel: String,
@@ -345,7 +379,7 @@ pub(crate) struct PublishTarget {
 }
 
 impl PublishTarget {
-    /// The JSON between a publish's id and its data.
+    /// The JSON between a publish's id and its `data` or `messages`.
     fn json(&mut self, channel: &str, branch: &[Key]) -> &[u8] {
         if self.json.is_empty() || self.channel != channel || self.branch != branch {
             self.json.clear();
@@ -353,7 +387,6 @@ impl PublishTarget {
             serde_json::to_writer(&mut self.json, channel).expect("a name serializes");
             self.json.extend_from_slice(b",\"branch\":");
             serde_json::to_writer(&mut self.json, branch).expect("keys serialize");
-            self.json.extend_from_slice(b",\"data\":");
             channel.clone_into(&mut self.channel);
             self.branch.clear();
             self.branch.extend_from_slice(branch);
@@ -421,8 +454,13 @@ pub fn fast_publish<'a>(frame: &'a [u8], last: &mut LastBranch) -> Option<FastPu
         };
         *last = Some((branch.into(), keys.into()));
     }
-    let data = rest.strip_prefix(b",\"data\":")?.strip_suffix(b"}")?;
-    let data: &RawValue = serde_json::from_str(std::str::from_utf8(data).ok()?).ok()?;
+    let data = match rest.strip_prefix(b",\"data\":") {
+        Some(one) => FastData::One(serde_json::from_str(std::str::from_utf8(one.strip_suffix(b"}")?).ok()?).ok()?),
+        None => {
+            let many = rest.strip_prefix(b",\"messages\":")?.strip_suffix(b"}")?;
+            FastData::Burst(serde_json::from_str(std::str::from_utf8(many).ok()?).ok()?)
+        }
+    };
     let branch = last.as_ref().map(|(_, keys)| keys.clone()).expect("set above");
     Some(FastPublish { id, channel, branch, same_branch: same, data })
 }
@@ -445,8 +483,17 @@ pub struct FastPublish<'a> {
     /// The branch is the one of the connection's previous publish read
     /// fast (its JSON the same).
     pub same_branch: bool,
-    /// The message, one JSON value.
-    pub data: &'a RawValue,
+    /// The message, or a burst's messages.
+    pub data: FastData<'a>,
+}
+
+/// What a publish read fast carries.
+#[derive(Debug)]
+pub enum FastData<'a> {
+    /// `data`: one message, one JSON value.
+    One(&'a RawValue),
+    /// `messages`: a burst's messages, each one JSON value.
+    Burst(Vec<&'a RawValue>),
 }
 
 /// A decimal u64 at the start of `b` (no sign, no leading zero), and what follows.
@@ -776,6 +823,13 @@ mod tests {
                     assert_eq!(publish_frame(id, channel, branch, raw), frame(&r), "{channel:?} {branch:?} {id}");
                     publish_frame_into(&mut kept, id, channel, branch, raw, &mut target);
                     assert_eq!(kept, frame(&r), "{channel:?} {branch:?} {id}, into a used buffer");
+                    let burst: Vec<&RawValue> = datas.iter().map(|d| serde_json::from_slice(d).unwrap()).collect();
+                    let mut r = Request::new(id, "publish");
+                    r.channel = Some((*channel).into());
+                    r.branch = Some(branch.clone());
+                    r.messages = Some(burst.clone());
+                    publish_burst_frame_into(&mut kept, id, channel, branch, &burst, &mut target);
+                    assert_eq!(kept, frame(&r), "{channel:?} {branch:?} {id}, a burst");
                 }
             }
         }
@@ -796,13 +850,26 @@ mod tests {
                 let full: Request = serde_json::from_slice(&frame).unwrap();
                 assert_eq!(full.op, "publish");
                 assert_eq!((fast.id, Some(fast.channel), Some(&*fast.branch)), (full.id, full.channel.as_deref(), full.branch.as_deref()));
-                assert_eq!(Some(fast.data.get()), full.data.map(RawValue::get));
+                let FastData::One(one) = fast.data else { panic!("one message read as a burst") };
+                assert_eq!(Some(one.get()), full.data.map(RawValue::get));
                 assert_eq!(
                     (full.ticket, full.sub, full.lock.as_deref(), full.quiet),
                     (None, None, None, None),
                     "a frame read fast has no field beside id, op, channel, branch and data"
                 );
             }
+            let burst: Vec<&RawValue> = datas.iter().map(|d| serde_json::from_slice(d).unwrap()).collect();
+            let mut r = Request::new(13, "publish");
+            r.channel = Some("chat-events_2".into());
+            r.branch = Some(branch.clone());
+            r.messages = Some(burst.clone());
+            let frame = serde_json::to_vec(&r).unwrap();
+            let fast = fast_publish(&frame, &mut None).unwrap_or_else(|| panic!("not read fast: {}", String::from_utf8_lossy(&frame)));
+            let FastData::Burst(many) = fast.data else { panic!("a burst read as one message") };
+            let full: Request = serde_json::from_slice(&frame).unwrap();
+            let text = |v: &[&RawValue]| v.iter().map(|d| d.get().to_owned()).collect::<Vec<_>>();
+            assert_eq!(text(&many), text(&full.messages.unwrap()));
+            assert_eq!(full.data.map(RawValue::get), None);
         }
     }
 

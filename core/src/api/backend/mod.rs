@@ -38,6 +38,10 @@ pub(crate) type Done = Box<dyn FnOnce(Result<()>) + Send>;
 /// A future a backend gives back, boxed so the traits stay object safe.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// A part of a burst as a backend sent it ([`Backend::publish_burst`]):
+/// its first message's index, how many messages, and their publish.
+pub(crate) type BurstPart = (usize, usize, Publish);
+
 /// A lease as a backend gives it, for a `RawLease` to wrap.
 pub(crate) type BackendLease = Arc<dyn LeaseBackend>;
 
@@ -60,6 +64,14 @@ pub(crate) trait Backend: Send + Sync {
     }
     /// Publishes checked JSON bytes; the future resolves once the store has them.
     fn publish(&self, channel: &str, branch: &[Key], data: Box<[u8]>) -> Publish;
+    /// Publishes a burst of checked messages to one branch, in their order
+    /// (names, keys, sizes and nesting checked by the store): the parts
+    /// it went in, each as (its first message's index, how many, the
+    /// publish that resolves once the store has them all). `Err` names a
+    /// message refused before any left. By default one publish a message.
+    fn publish_burst(&self, channel: &str, branch: &[Key], data: Vec<Box<[u8]>>) -> std::result::Result<Vec<BurstPart>, (usize, Error)> {
+        Ok(data.into_iter().enumerate().map(|(i, d)| (i, 1, self.publish(channel, branch, d))).collect())
+    }
     /// As [`publish`](Self::publish), the outcome given to the function
     /// `keep_done()` gives, unless it is known within this call: then `Some`,
     /// and `keep_done` is not called.

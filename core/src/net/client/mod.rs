@@ -266,6 +266,20 @@ struct Offline {
     down: Option<(Instant, SystemTime, String)>,
 }
 
+/// A publish sent: where its answer comes, and the connection's reader
+/// for a thread that blocks on it.
+pub(crate) type SentPublish = (AnswerRx, Option<Arc<dyn runtime::ReadWhileBlocked>>);
+
+/// Messages read one after another for one subscription, not yet in its
+/// inbox ([`Client::dispatch`]).
+#[derive(Default)]
+struct MsgRun {
+    sub: Option<Arc<RemoteSub>>,
+    events: Vec<Event>,
+    /// Where the last of them says a resume goes on.
+    next: u64,
+}
+
 /// A publish waiting for the connection, failed with `unavailable` at `until`.
 struct Queued {
     channel: String,
@@ -697,20 +711,25 @@ impl Client {
 
     async fn read_loop(self: &Arc<Self>, source: Source, conn: &Arc<OwnerConnection>) {
         match source {
-            Source::Stream(mut reader) => loop {
-                // Before waiting for more: publishes held back for this
-                // moment leave now (an answer or event was just read).
-                if !reader.has_frame() {
-                    conn.sink.uncork();
+            Source::Stream(mut reader) => {
+                let mut run = MsgRun::default();
+                loop {
+                    // Before waiting for more: the messages read reach their
+                    // inbox, and publishes held back for this moment leave
+                    // (an answer or event was just read).
+                    if !reader.has_frame() {
+                        self.hand_over(&mut run);
+                        conn.sink.uncork();
+                    }
+                    let frame = match reader.next().await {
+                        Ok(Some(f)) => f,
+                        _ => return,
+                    };
+                    if !self.dispatch(conn, frame, &mut run) {
+                        return;
+                    }
                 }
-                let frame = match reader.next().await {
-                    Ok(Some(f)) => f,
-                    _ => return,
-                };
-                if !self.dispatch(conn, frame) {
-                    return;
-                }
-            },
+            }
             Source::Shared(_) => {
                 let shared = conn.shared.clone().expect("a shared source has its reader");
                 loop {
@@ -729,10 +748,11 @@ impl Client {
     /// Dispatches the whole frames read so far; true when the connection
     /// ended or sent something that is not a frame of ours.
     fn dispatch_all(&self, conn: &Arc<OwnerConnection>, side: &mut ReaderState) -> bool {
+        let mut run = MsgRun::default();
         while let Some(f) = side.frame() {
             match f {
                 Ok((a, n)) => {
-                    if !self.dispatch(conn, &side.buf[a..a + n]) {
+                    if !self.dispatch(conn, &side.buf[a..a + n], &mut run) {
                         side.ended = true;
                     }
                 }
@@ -742,8 +762,17 @@ impl Client {
                 break;
             }
         }
+        self.hand_over(&mut run);
         side.compact();
         side.ended
+    }
+
+    /// Gives a run of messages read for one subscription to its inbox.
+    fn hand_over(&self, run: &mut MsgRun) {
+        if let Some(sub) = run.sub.take() {
+            sub.note_position(self.epoch(), Some(run.next));
+            sub.inbox.push_all(&mut run.events);
+        }
     }
 
     /// Gives the answer to request `id` to its caller.
@@ -761,22 +790,28 @@ impl Client {
     }
 
     /// Gives an answer to its caller or an event to its subscription or
-    /// lease; false for a frame that is not a reply.
-    fn dispatch(&self, conn: &Arc<OwnerConnection>, frame: &[u8]) -> bool {
-        match wire::fast_reply(frame) {
-            Some(FastReply::NullAnswer(id)) => {
-                self.answered(conn, id, false, Ok(b"null"));
-                return true;
+    /// lease; false for a frame that is not a reply. Messages in our
+    /// owner's shape join `run`, handed to their inbox together (one lock
+    /// and one wake-up a run) before any other frame is acted on, so an
+    /// answer read after them (a closing client's ping) finds them there.
+    fn dispatch(&self, conn: &Arc<OwnerConnection>, frame: &[u8], run: &mut MsgRun) -> bool {
+        let fast = wire::fast_reply(frame);
+        if let Some(FastReply::Msg { sub, branch, seq, next, data }) = fast {
+            if run.sub.as_ref().is_none_or(|s| s.id != sub) {
+                self.hand_over(run);
+                let Some(s) = self.subs.lock().get(&sub).cloned() else { return true };
+                run.sub = Some(s);
             }
-            Some(FastReply::Msg { sub, branch, seq, next, data }) => {
-                let Some(sub) = self.subs.lock().get(&sub).cloned() else { return true };
-                let Some(branch) = sub.branch_of(branch) else { return false };
-                let msg = Msg { branch, seq, data: data.into() };
-                sub.note_position(self.epoch(), Some(next));
-                sub.inbox.push(Event::Message(Arc::new(msg)));
-                return true;
-            }
-            None => {}
+            let s = run.sub.as_ref().expect("set above");
+            let Some(branch) = s.branch_of(branch) else { return false };
+            run.events.push(Event::Message(Arc::new(Msg { branch, seq, data: data.into() })));
+            run.next = next;
+            return true;
+        }
+        self.hand_over(run);
+        if let Some(FastReply::NullAnswer(id)) = fast {
+            self.answered(conn, id, false, Ok(b"null"));
+            return true;
         }
         let Ok(r) = serde_json::from_slice::<Reply>(frame) else { return false };
         if let Some(id) = r.id {
@@ -1040,7 +1075,7 @@ impl Client {
     }
 
     /// Sends a publish now; the receiver gets the store's answer.
-    pub(crate) fn publish_send(&self, channel: &str, branch: &[Key], data: &[u8]) -> Result<(AnswerRx, Option<Arc<dyn runtime::ReadWhileBlocked>>)> {
+    pub(crate) fn publish_send(&self, channel: &str, branch: &[Key], data: &[u8]) -> Result<SentPublish> {
         let (tx, rx) = oneshot::channel();
         let conn = self.send_publish(channel, branch, data, Answer::Publish(tx))?;
         Ok((rx, conn.and_then(|c| c.blocked_reader())))
@@ -1093,16 +1128,7 @@ impl Client {
             // Written into this thread's buffer, kept between publishes.
             let mut frame = FRAME_BUFFER.take();
             PUBLISH_TARGET.with_borrow_mut(|target| wire::publish_frame_into(&mut frame, id, channel, branch, raw, target));
-            let before = conn.publishing.fetch_add(1, Ordering::AcqRel);
-            let release = conn.release();
-            let place = match before {
-                _ if release == Release::LoopFlush || (release == Release::Answer && runtime::hold_until_blocked(&conn.sink)) => {
-                    Place::UntilFlushed { alone: before == 0 }
-                }
-                0 => Place::Alone,
-                n if n >= COALESCE_AFTER && release == Release::Answer => Place::HeldBack,
-                _ => Place::Behind,
-            };
+            let place = publish_place(&conn);
             let sent = self.try_send_frame(&conn, id, &frame, 0, answer.take(), place);
             keep_frame_buffer(frame);
             match sent {
@@ -1122,6 +1148,42 @@ impl Client {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Sends a burst to one branch as one `publish` with `messages`
+    /// (values checked as JSON, at most [`wire::MAX_BURST_MESSAGES`] and
+    /// 1 MiB together), placed as a publish is. `None` when the connection
+    /// is down now: nothing left, and the caller publishes the burst one
+    /// message at a time, which waits for the reconnect in order (STORE-02).
+    pub(crate) fn publish_burst_send(
+        &self,
+        channel: &str,
+        branch: &[Key],
+        burst: &[&serde_json::value::RawValue],
+    ) -> Result<Option<SentPublish>> {
+        let conn = match self.current() {
+            Ok(conn) => conn,
+            Err(e) if is_disconnected(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let (tx, rx) = oneshot::channel();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut frame = FRAME_BUFFER.take();
+        PUBLISH_TARGET.with_borrow_mut(|target| wire::publish_burst_frame_into(&mut frame, id, channel, branch, burst, target));
+        let place = publish_place(&conn);
+        let sent = self.try_send_frame(&conn, id, &frame, 0, Some(Answer::Publish(tx)), place);
+        keep_frame_buffer(frame);
+        match sent {
+            Ok(()) => Ok(Some((rx, conn.blocked_reader()))),
+            Err((e, a)) => {
+                conn.publishing.fetch_sub(1, Ordering::AcqRel);
+                conn.sink.uncork();
+                if let Some(a) = a {
+                    a.forget();
+                }
+                if is_disconnected(&e) { Ok(None) } else { Err(e) }
             }
         }
     }
@@ -1435,9 +1497,22 @@ async fn pinger(c: std::sync::Weak<Client>) {
     }
 }
 
+/// Where a publish about to leave on `conn` goes, counted in flight
+/// ([`OwnerConnection::publishing`]) from here.
+fn publish_place(conn: &OwnerConnection) -> Place {
+    let before = conn.publishing.fetch_add(1, Ordering::AcqRel);
+    let release = conn.release();
+    match before {
+        _ if release == Release::LoopFlush || (release == Release::Answer && runtime::hold_until_blocked(&conn.sink)) => Place::UntilFlushed { alone: before == 0 },
+        0 => Place::Alone,
+        n if n >= COALESCE_AFTER && release == Release::Answer => Place::HeldBack,
+        _ => Place::Behind,
+    }
+}
+
 /// `data` checked as one JSON value (without the whitespace around it),
 /// borrowed: no copy.
-fn raw_json(data: &[u8]) -> Result<&serde_json::value::RawValue> {
+pub(crate) fn raw_json(data: &[u8]) -> Result<&serde_json::value::RawValue> {
     let s = std::str::from_utf8(data).map_err(|_| Error::invalid("a message is JSON text (UTF-8)"))?;
     serde_json::from_str::<&serde_json::value::RawValue>(s).map_err(|e| Error::invalid(format!("a message is one JSON value: {e}")))
 }

@@ -103,6 +103,43 @@ pub(super) struct InboxState {
     pub(super) stopped: bool,
 }
 
+impl InboxState {
+    /// Queues `ev`, dropping the oldest messages past the bound (counted
+    /// as missed, told just before the next one).
+    fn push(&mut self, ev: Event) {
+        let s = self;
+        if let Event::Message(m) = &ev {
+            s.bytes += m.data.len();
+            s.messages += 1;
+        }
+        s.queue.push_back(ev);
+        let mut dropped: Option<Missed> = None;
+        while s.messages > BRANCH_LOG_MESSAGES || (s.bytes > BRANCH_LOG_BYTES && s.messages > 1) {
+            match s.queue.pop_front() {
+                Some(Event::Message(m)) => {
+                    s.bytes -= m.data.len();
+                    s.messages -= 1;
+                    dropped = Some(merge(dropped, Missed { count: Some(1), reason: MissedReason::Behind }));
+                }
+                Some(Event::Missed(m)) => dropped = Some(merge(dropped, m)),
+                None => break,
+            }
+        }
+        if let Some(m) = dropped {
+            // Anything missed just after the dropped ones belongs to the same gap.
+            let m = match s.queue.front() {
+                Some(Event::Missed(n)) => {
+                    let n = *n;
+                    s.queue.pop_front();
+                    merge(Some(m), n)
+                }
+                _ => m,
+            };
+            s.queue.push_front(Event::Missed(m));
+        }
+    }
+}
+
 impl Inbox {
     pub(super) fn push(&self, ev: Event) {
         let waker = {
@@ -110,34 +147,25 @@ impl Inbox {
             if s.stopped {
                 return;
             }
-            if let Event::Message(m) = &ev {
-                s.bytes += m.data.len();
-                s.messages += 1;
+            s.push(ev);
+            s.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// [`push`](Self::push) of each of `events` (emptied), in order, under
+    /// one lock and with one wake-up.
+    pub(super) fn push_all(&self, events: &mut Vec<Event>) {
+        let waker = {
+            let mut s = self.s.lock();
+            if s.stopped {
+                events.clear();
+                return;
             }
-            s.queue.push_back(ev);
-            let mut dropped: Option<Missed> = None;
-            while s.messages > BRANCH_LOG_MESSAGES || (s.bytes > BRANCH_LOG_BYTES && s.messages > 1) {
-                match s.queue.pop_front() {
-                    Some(Event::Message(m)) => {
-                        s.bytes -= m.data.len();
-                        s.messages -= 1;
-                        dropped = Some(merge(dropped, Missed { count: Some(1), reason: MissedReason::Behind }));
-                    }
-                    Some(Event::Missed(m)) => dropped = Some(merge(dropped, m)),
-                    None => break,
-                }
-            }
-            if let Some(m) = dropped {
-                // Anything missed just after the dropped ones belongs to the same gap.
-                let m = match s.queue.front() {
-                    Some(Event::Missed(n)) => {
-                        let n = *n;
-                        s.queue.pop_front();
-                        merge(Some(m), n)
-                    }
-                    _ => m,
-                };
-                s.queue.push_front(Event::Missed(m));
+            for ev in events.drain(..) {
+                s.push(ev);
             }
             s.waker.take()
         };

@@ -73,6 +73,9 @@ impl ServedConnection {
         let engine = self.server.engine()?;
         match r.op.as_ref() {
             "hello" => self.hello(&engine, r),
+            "publish" if r.ticket.is_some() && r.messages.is_some() => Err(Error::invalid(
+                "a publish under a ticket carries one message (`data`), not `messages`: send one publish a message of the transaction",
+            )),
             "publish" if r.ticket.is_some() => self.publish_under_ticket(r),
             "publish" => self.publish(&engine, r),
             "ticket" => self.ticket(&engine, r),
@@ -146,8 +149,11 @@ impl ServedConnection {
         self.need_role(Role::Data, "publish")?;
         let channel = need(r.channel, op, "channel")?;
         let branch = r.branch.unwrap_or_default();
-        let data = need(r.data, op, "data")?;
-        self.publish_read(engine, id, &channel, &branch, false, data)
+        match (r.data, r.messages) {
+            (Some(_), Some(_)) => Err(Error::invalid("a publish carries `data` (one message) or `messages` (a burst), not both")),
+            (None, Some(burst)) => self.publish_burst(engine, id, &channel, &branch, false, &burst),
+            (data, None) => self.publish_read(engine, id, &channel, &branch, false, need(data, op, "data")?),
+        }
     }
 
     /// A publish in our client's exact shape ([`wire::fast_publish`]), the
@@ -156,7 +162,10 @@ impl ServedConnection {
         let engine = self.server.engine()?;
         self.need_role(Role::Data, "publish")?;
         let checked = p.same_branch && self.checked_channel.as_deref() == Some(p.channel);
-        let r = self.publish_read(&engine, p.id, p.channel, &p.branch, checked, p.data);
+        let r = match &p.data {
+            wire::FastData::One(data) => self.publish_read(&engine, p.id, p.channel, &p.branch, checked, data),
+            wire::FastData::Burst(burst) => self.publish_burst(&engine, p.id, p.channel, &p.branch, checked, burst),
+        };
         if !checked {
             self.checked_channel = r.is_ok().then(|| p.channel.into());
         }
@@ -170,6 +179,45 @@ impl ServedConnection {
         runtime::collect_woken(&mut self.woken, || match checked {
             true => engine.check_open().and_then(|()| engine.publish_checked(channel, branch, data)),
             false => engine.publish(channel, branch, data),
+        })?;
+        self.answer.clear();
+        wire::encode_null_answer(&mut self.answer, id);
+        self.out.push(&self.answer);
+        Ok(())
+    }
+
+    /// A burst (`messages`): every message is checked before any is
+    /// published, then all are, in order, and answered once. `checked` as
+    /// for [`publish_read`](Self::publish_read).
+    fn publish_burst(&mut self, engine: &Engine, id: u64, channel: &str, branch: &[Key], checked: bool, burst: &[&serde_json::value::RawValue]) -> Result<()> {
+        let count = burst.len();
+        if count == 0 || count > wire::MAX_BURST_MESSAGES {
+            return Err(Error::invalid(format!(
+                "a publish's `messages` holds 1 to {} messages, not {count}: send a longer burst in several publishes",
+                wire::MAX_BURST_MESSAGES
+            )));
+        }
+        let bytes: usize = burst.iter().map(|d| d.get().len()).sum();
+        if bytes > crate::base::limits::MAX_MESSAGE_BYTES {
+            return Err(Error::limit(format!(
+                "a publish's `messages` are at most 1 MiB together, not {bytes} bytes: send the burst in several publishes"
+            )));
+        }
+        for (i, d) in burst.iter().enumerate() {
+            check_message(d.get().as_bytes()).map_err(|e| e.of_burst(i, count))?;
+        }
+        engine.check_open()?;
+        if !checked {
+            check_name("channel", channel)?;
+            branch.iter().try_for_each(Key::check)?;
+        }
+        runtime::collect_woken(&mut self.woken, || {
+            for (i, d) in burst.iter().enumerate() {
+                engine.publish_checked(channel, branch, d.get().as_bytes().into()).map_err(|e| {
+                    Error::new(e.kind(), format!("message {i} of the {count} given (the {i} before it were published): {}", e.message()))
+                })?;
+            }
+            Ok::<(), Error>(())
         })?;
         self.answer.clear();
         wire::encode_null_answer(&mut self.answer, id);
