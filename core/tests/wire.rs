@@ -103,3 +103,45 @@ fn chan_01_a_burst_from_a_client_that_exits_without_reading_its_answers_is_deliv
     assert!(common::eventually(5_000, || got.lock().unwrap().len() >= 1000), "{} of 1000 delivered", got.lock().unwrap().len());
     assert_eq!(*got.lock().unwrap(), (1..=1000).collect::<Vec<u64>>());
 }
+
+/// CHAN-01 over the wire by version: a burst published in one request
+/// reaches a version 4 client's subscription as one `msgs` event (its
+/// messages in order, `seq` of the first, `next` after the last), and a
+/// version 3 client's as one `msg` event a message, as before.
+#[test]
+fn chan_01_a_burst_reaches_a_version_4_subscriber_as_one_msgs_event_and_a_version_3_one_as_msg_events() {
+    let (_store, d) = common::store();
+    let mut conns = Vec::new();
+    for version in [3, 4] {
+        let mut s = UnixStream::connect(d.path().join("tinystore.sock")).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let hello = exchange(&mut s, &format!(r#"{{"id":0,"op":"hello","version":{version},"client":"v{version}","session":"s{version}"}}"#));
+        assert!(hello["ok"].is_object(), "{hello}");
+        let ok = exchange(&mut s, r#"{"id":1,"op":"subscribe","sub":9,"channel":"runs","branch":["7"]}"#);
+        assert_eq!(ok["ok"]["next"], 1, "{ok}");
+        conns.push((version, s));
+    }
+    let values: Vec<u64> = (10..15).collect();
+    // One request: the subscriptions are woken once it is all published.
+    let s = &mut conns[1].1;
+    let ok = exchange(s, r#"{"id":2,"op":"publish","channel":"runs","branch":["7"],"messages":[10,11,12,13,14]}"#);
+    assert_eq!(ok, serde_json::json!({"id": 2, "ok": null}));
+    for (version, s) in &mut conns {
+        let mut got = Vec::new();
+        while got.len() < values.len() {
+            let ev = read_frame(s);
+            assert_eq!(ev["sub"], 9, "{ev}");
+            if *version == 3 {
+                assert_eq!(ev["ev"], "msg", "{ev}");
+                assert_eq!((ev["seq"].as_u64(), ev["next"].as_u64()), (Some(got.len() as u64 + 1), Some(got.len() as u64 + 2)), "{ev}");
+                got.push(ev["data"].as_u64().unwrap());
+            } else {
+                assert_eq!(ev["ev"], "msgs", "{ev}");
+                assert_eq!((ev["seq"].as_u64(), ev["next"].as_u64()), (Some(1), Some(6)), "{ev}");
+                assert_eq!(ev["lens"], serde_json::json!([2, 2, 2, 2, 2]), "{ev}");
+                got.extend(ev["data"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()));
+            }
+        }
+        assert_eq!(got, values, "version {version}");
+    }
+}

@@ -186,7 +186,10 @@ pub struct Reply<'a> {
     /// msg, missed: where a resume would go on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<u64>,
-    /// msg: the message.
+    /// msgs (version 4): each message's length in bytes, in the order of `data`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lens: Option<Vec<usize>>,
+    /// msg: the message; msgs: an array of the messages.
     #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
     pub data: Option<&'a RawValue>,
     /// missed: how many and why.
@@ -273,6 +276,8 @@ pub struct SubscribeOk {
 /// in this order; [`fast_reply`] reads frames of that shape without a full
 /// parse.
 const MSG_PREFIX: &[u8] = b"{\"ev\":\"msg\",\"sub\":";
+/// The start of a `msgs` event as [`encode_msgs`] writes it.
+const MSGS_PREFIX: &[u8] = b"{\"ev\":\"msgs\",\"sub\":";
 const ANSWER_PREFIX: &[u8] = b"{\"id\":";
 const NULL_ANSWER_SUFFIX: &[u8] = b",\"ok\":null}";
 
@@ -294,6 +299,40 @@ pub(crate) fn encode_msg(buf: &mut Vec<u8>, sub: u64, branch: &[u8], seq: u64, n
     buf.extend_from_slice(b",\"data\":");
     buf.extend_from_slice(data);
     buf.push(b'}');
+    let len = (buf.len() - start - 4) as u32;
+    buf[start..start + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+/// Appends a `msgs` event's frame (version 4): messages `seq`, `seq + 1`,
+/// … of one branch, `next` after the last; each message's JSON copied as
+/// is into `data`, its length in `lens` (a reader splits `data` without
+/// scanning it). The shape [`fast_reply`] reads: change both together.
+pub(crate) fn encode_msgs<'d>(buf: &mut Vec<u8>, sub: u64, branch: &[u8], seq: u64, next: u64, data: impl Iterator<Item = &'d [u8]> + Clone) {
+    let start = buf.len();
+    buf.extend_from_slice(&[0; 4]);
+    buf.extend_from_slice(MSGS_PREFIX);
+    push_u64(buf, sub);
+    buf.extend_from_slice(b",\"branch\":");
+    buf.extend_from_slice(branch);
+    buf.extend_from_slice(b",\"seq\":");
+    push_u64(buf, seq);
+    buf.extend_from_slice(b",\"next\":");
+    push_u64(buf, next);
+    buf.extend_from_slice(b",\"lens\":[");
+    for (i, d) in data.clone().enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        push_u64(buf, d.len() as u64);
+    }
+    buf.extend_from_slice(b"],\"data\":[");
+    for (i, d) in data.enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        buf.extend_from_slice(d);
+    }
+    buf.extend_from_slice(b"]}");
     let len = (buf.len() - start - 4) as u32;
     buf[start..start + 4].copy_from_slice(&len.to_be_bytes());
 }
@@ -404,6 +443,9 @@ pub(crate) enum FastReply<'a> {
     /// A `msg` event as [`encode_msg`] writes it: `branch` is the JSON
     /// array's bytes, `data` the message's.
     Msg { sub: u64, branch: &'a [u8], seq: u64, next: u64, data: &'a [u8] },
+    /// A `msgs` event as [`encode_msgs`] writes it: messages `seq`,
+    /// `seq + 1`, … in `data`, `next` after the last.
+    Msgs { sub: u64, branch: &'a [u8], seq: u64, next: u64, data: Vec<&'a [u8]> },
 }
 
 /// Reads `frame` when it has one of [`FastReply`]'s exact shapes; `None`
@@ -414,7 +456,10 @@ pub(crate) fn fast_reply(frame: &[u8]) -> Option<FastReply<'_>> {
         let (id, rest) = number(rest)?;
         return (rest == NULL_ANSWER_SUFFIX).then_some(FastReply::NullAnswer(id));
     }
-    let rest = frame.strip_prefix(MSG_PREFIX)?;
+    let (many, rest) = match frame.strip_prefix(MSG_PREFIX) {
+        Some(rest) => (false, rest),
+        None => (true, frame.strip_prefix(MSGS_PREFIX)?),
+    };
     let (sub, rest) = number(rest)?;
     let rest = rest.strip_prefix(b",\"branch\":")?;
     let (branch, rest) = json_array(rest)?;
@@ -422,9 +467,40 @@ pub(crate) fn fast_reply(frame: &[u8]) -> Option<FastReply<'_>> {
     let (seq, rest) = number(rest)?;
     let rest = rest.strip_prefix(b",\"next\":")?;
     let (next, rest) = number(rest)?;
-    let rest = rest.strip_prefix(b",\"data\":")?;
-    let data = rest.strip_suffix(b"}")?;
-    (!data.is_empty()).then_some(FastReply::Msg { sub, branch, seq, next, data })
+    if !many {
+        let rest = rest.strip_prefix(b",\"data\":")?;
+        let data = rest.strip_suffix(b"}")?;
+        return (!data.is_empty()).then_some(FastReply::Msg { sub, branch, seq, next, data });
+    }
+    // `"lens":[3,10],"data":[…]}`: each message cut at its length, the
+    // separators checked.
+    let mut rest = rest.strip_prefix(b",\"lens\":[")?;
+    let mut lens = Vec::new();
+    loop {
+        let (n, after) = number(rest)?;
+        lens.push(usize::try_from(n).ok()?);
+        match after.split_first()? {
+            (b',', more) => rest = more,
+            (b']', more) => {
+                rest = more;
+                break;
+            }
+            _ => return None,
+        }
+    }
+    let mut rest = rest.strip_prefix(b",\"data\":[")?;
+    let mut data = Vec::with_capacity(lens.len());
+    for (i, n) in lens.iter().enumerate() {
+        if *n == 0 || rest.len() <= *n {
+            return None;
+        }
+        let (d, after) = rest.split_at(*n);
+        let sep = if i + 1 == lens.len() { b']' } else { b',' };
+        (after[0] == sep).then_some(())?;
+        data.push(d);
+        rest = &after[1..];
+    }
+    (rest == b"}").then_some(FastReply::Msgs { sub, branch, seq, next, data })
 }
 
 /// A `publish` request in the exact shape this project's client writes
@@ -870,6 +946,36 @@ mod tests {
             let text = |v: &[&RawValue]| v.iter().map(|d| d.get().to_owned()).collect::<Vec<_>>();
             assert_eq!(text(&many), text(&full.messages.unwrap()));
             assert_eq!(full.data.map(RawValue::get), None);
+        }
+    }
+
+    #[test]
+    fn wire_01_a_msgs_event_read_fast_equals_its_full_parse_and_a_bad_one_is_not_read_fast() {
+        let datas: [&[u8]; 4] = [b"null", b"{\"id\":41,\"s\":\"]},\"}", b"[1,{}]", b"-1.5e3"];
+        let mut buf = Vec::new();
+        encode_msgs(&mut buf, 3, b"[\"7\"]", 41, 45, datas.iter().copied());
+        let frame = &buf[4..];
+        assert_eq!(u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize, frame.len());
+        let Some(FastReply::Msgs { sub, branch, seq, next, data }) = fast_reply(frame) else { panic!("not read fast: {}", String::from_utf8_lossy(frame)) };
+        assert_eq!((sub, branch, seq, next), (3, &b"[\"7\"]"[..], 41, 45));
+        assert_eq!(data, datas.to_vec());
+        let full: Reply = serde_json::from_slice(frame).unwrap();
+        assert_eq!((full.ev.as_deref(), full.sub, full.seq, full.next), (Some("msgs"), Some(3), Some(41), Some(45)));
+        let parsed: Vec<&RawValue> = serde_json::from_str(full.data.unwrap().get()).unwrap();
+        assert_eq!(parsed.iter().map(|d| d.get().as_bytes()).collect::<Vec<_>>(), datas.to_vec());
+        assert_eq!(full.lens.unwrap(), datas.iter().map(|d| d.len()).collect::<Vec<_>>());
+        let text = String::from_utf8(frame.to_vec()).unwrap();
+        for bad in [
+            text.replace("\"lens\":[4,", "\"lens\":[5,"),
+            text.replace("\"lens\":[4,", "\"lens\":[3,"),
+            text.replace("\"lens\":[4,", "\"lens\":[0,"),
+            text.replace(",6]", ",7]"),
+            text.replace(",6]", ",6,1]"),
+            text.replace("]}", "]"),
+            text.replace("]}", "] }"),
+        ] {
+            assert_ne!(bad, text);
+            assert!(!matches!(fast_reply(bad.as_bytes()), Some(FastReply::Msgs { .. })), "read fast: {bad}");
         }
     }
 

@@ -767,6 +767,24 @@ impl Client {
         side.ended
     }
 
+    /// Adds messages `seq`, `seq + 1`, … of subscription `sub` to `run`
+    /// (handed over first when it holds another subscription's); false
+    /// when `branch` is not an array of keys.
+    fn run_on<'d>(&self, run: &mut MsgRun, sub: u64, branch: &[u8], seq: u64, next: u64, data: impl Iterator<Item = &'d [u8]>) -> bool {
+        if run.sub.as_ref().is_none_or(|s| s.id != sub) {
+            self.hand_over(run);
+            let Some(s) = self.subs.lock().get(&sub).cloned() else { return true };
+            run.sub = Some(s);
+        }
+        let s = run.sub.as_ref().expect("set above");
+        let Some(branch) = s.branch_of(branch) else { return false };
+        for (i, d) in data.enumerate() {
+            run.events.push(Event::Message(Arc::new(Msg { branch: branch.clone(), seq: seq + i as u64, data: d.into() })));
+        }
+        run.next = next;
+        true
+    }
+
     /// Gives a run of messages read for one subscription to its inbox.
     fn hand_over(&self, run: &mut MsgRun) {
         if let Some(sub) = run.sub.take() {
@@ -795,23 +813,15 @@ impl Client {
     /// and one wake-up a run) before any other frame is acted on, so an
     /// answer read after them (a closing client's ping) finds them there.
     fn dispatch(&self, conn: &Arc<OwnerConnection>, frame: &[u8], run: &mut MsgRun) -> bool {
-        let fast = wire::fast_reply(frame);
-        if let Some(FastReply::Msg { sub, branch, seq, next, data }) = fast {
-            if run.sub.as_ref().is_none_or(|s| s.id != sub) {
+        match wire::fast_reply(frame) {
+            Some(FastReply::Msg { sub, branch, seq, next, data }) => return self.run_on(run, sub, branch, seq, next, std::iter::once(data)),
+            Some(FastReply::Msgs { sub, branch, seq, next, data }) => return self.run_on(run, sub, branch, seq, next, data.into_iter()),
+            Some(FastReply::NullAnswer(id)) => {
                 self.hand_over(run);
-                let Some(s) = self.subs.lock().get(&sub).cloned() else { return true };
-                run.sub = Some(s);
+                self.answered(conn, id, false, Ok(b"null"));
+                return true;
             }
-            let s = run.sub.as_ref().expect("set above");
-            let Some(branch) = s.branch_of(branch) else { return false };
-            run.events.push(Event::Message(Arc::new(Msg { branch, seq, data: data.into() })));
-            run.next = next;
-            return true;
-        }
-        self.hand_over(run);
-        if let Some(FastReply::NullAnswer(id)) = fast {
-            self.answered(conn, id, false, Ok(b"null"));
-            return true;
+            None => self.hand_over(run),
         }
         let Ok(r) = serde_json::from_slice::<Reply>(frame) else { return false };
         if let Some(id) = r.id {
@@ -832,6 +842,16 @@ impl Client {
                 };
                 sub.note_position(self.epoch(), r.next);
                 sub.inbox.push(Event::Message(Arc::new(msg)));
+            }
+            Some("msgs") => {
+                let Some(sub) = r.sub.and_then(|id| self.subs.lock().get(&id).cloned()) else { return true };
+                let Some(data) = r.data.and_then(|d| serde_json::from_str::<Vec<&serde_json::value::RawValue>>(d.get()).ok()) else { return false };
+                let branch: Arc<[Key]> = Arc::from(r.branch.unwrap_or_default());
+                let seq = r.seq.unwrap_or(0);
+                let mut events: Vec<Event> =
+                    data.iter().enumerate().map(|(i, d)| Event::Message(Arc::new(Msg { branch: branch.clone(), seq: seq + i as u64, data: d.get().as_bytes().into() }))).collect();
+                sub.note_position(self.epoch(), r.next);
+                sub.inbox.push_all(&mut events);
             }
             Some("missed") => {
                 let Some(sub) = r.sub.and_then(|id| self.subs.lock().get(&id).cloned()) else { return true };

@@ -19,10 +19,10 @@ use tokio::io::AsyncRead;
 use tokio::sync::Notify;
 
 use crate::engine::Engine;
-use crate::engine::channels::{Event, LocalSubscription};
+use crate::engine::channels::{Event, LocalSubscription, Msg};
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::key::Key;
-use crate::base::limits::CONNECTION_PENDING_BYTES;
+use crate::base::limits::{CONNECTION_PENDING_BYTES, MAX_MESSAGE_BYTES};
 use crate::engine::locks::{LocalLease, Table};
 use crate::runtime;
 use crate::net::socket::{self, Sink, WriteHalf};
@@ -318,7 +318,7 @@ impl Server {
     async fn connection(self: Arc<Self>, (rd, wr): (Box<dyn AsyncRead + Send + Unpin>, WriteHalf), address: String, tokens: Option<Arc<Tokens>>, hints: Arc<OwnerHints>) {
         let out = Arc::new(Outbox { sink: Sink::new(wr), last_heard: Mutex::new(Instant::now()), closed: AtomicBool::new(false), gone: AtomicBool::new(false), waits: Mutex::new(HashMap::new()), hints });
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let mut c = ServedConnection { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, role: None, tokens, subs: HashMap::new(), woken: Vec::new(), tickets: HashMap::new(), answer: Vec::new(), last_branch: None, checked_channel: None };
+        let mut c = ServedConnection { server: self.clone(), out: out.clone(), id: conn_id, address, session: None, version: 0, role: None, tokens, subs: HashMap::new(), woken: Vec::new(), tickets: HashMap::new(), answer: Vec::new(), last_branch: None, checked_channel: None };
         let mut reader = FrameReader::new(rd);
         // The first frame of what was read together marks when the client
         // was last heard from (one clock read a batch, not a frame).
@@ -490,6 +490,8 @@ struct Forwarder {
     sub: Mutex<Option<LocalSubscription>>,
     id: u64,
     out: Arc<Outbox>,
+    /// The client reads `msgs` events (version 4).
+    runs_of_messages: bool,
     runs: runtime::OneAtATime,
     listed: AtomicBool,
     stopped: AtomicBool,
@@ -507,11 +509,12 @@ enum Drained {
 }
 
 impl Forwarder {
-    fn start(sub: LocalSubscription, id: u64, out: Arc<Outbox>) -> Arc<Forwarder> {
+    fn start(sub: LocalSubscription, id: u64, out: Arc<Outbox>, runs_of_messages: bool) -> Arc<Forwarder> {
         let f = Arc::new(Forwarder {
             sub: Mutex::new(Some(sub)),
             id,
             out,
+            runs_of_messages,
             runs: runtime::OneAtATime::new(),
             listed: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
@@ -568,6 +571,7 @@ impl Forwarder {
                         ended = true;
                         break;
                     }
+                    std::task::Poll::Ready(_) if self.runs_of_messages => encode_events(&mut buf, self.id, &mut ready, &mut branch),
                     std::task::Poll::Ready(_) => ready.drain(..).for_each(|(ev, next)| encode_event(&mut buf, self.id, ev, next, &mut branch)),
                     std::task::Poll::Pending => break,
                 }
@@ -629,6 +633,50 @@ impl std::task::Wake for Forwarder {
 /// Writes one event frame; a message's JSON is copied as is, never reparsed.
 /// `branch`: the last message's branch and its JSON, kept for the next (a
 /// branch's messages share its keys: serialized once a run, not a message).
+/// Encodes `ready` (emptied) for a client of version 4: a run of messages
+/// of one branch, in sequence, goes as one `msgs` event (at most 1 MiB of
+/// messages), the rest as [`encode_event`] does.
+fn encode_events(buf: &mut Vec<u8>, sub: u64, ready: &mut Vec<(Event, u64)>, branch: &mut Option<(Arc<[Key]>, Vec<u8>)>) {
+    let mut run: Vec<(Arc<Msg>, u64)> = Vec::new();
+    let mut bytes = 0;
+    for (ev, next) in ready.drain(..) {
+        let Event::Message(m) = ev else {
+            encode_run(buf, sub, &mut run, branch);
+            encode_event(buf, sub, ev, next, branch);
+            continue;
+        };
+        let joins = run.first().is_some_and(|(first, first_next)| {
+            let k = run.len() as u64;
+            Arc::ptr_eq(&m.branch, &first.branch) && m.seq == first.seq + k && next == first_next + k && bytes + m.data.len() <= MAX_MESSAGE_BYTES
+        });
+        if !joins {
+            encode_run(buf, sub, &mut run, branch);
+            bytes = 0;
+        }
+        bytes += m.data.len();
+        run.push((m, next));
+    }
+    encode_run(buf, sub, &mut run, branch);
+}
+
+/// A run of messages (emptied): one `msg` event alone, else one `msgs`.
+fn encode_run(buf: &mut Vec<u8>, sub: u64, run: &mut Vec<(Arc<Msg>, u64)>, branch: &mut Option<(Arc<[Key]>, Vec<u8>)>) {
+    if run.len() < 2 {
+        if let Some((m, next)) = run.pop() {
+            encode_event(buf, sub, Event::Message(m), next, branch);
+        }
+        return;
+    }
+    let first = &run[0].0;
+    let json = match branch {
+        Some((keys, json)) if Arc::ptr_eq(keys, &first.branch) => json,
+        _ => &branch.insert((first.branch.clone(), wire::branch_json(&first.branch))).1,
+    };
+    let next = run[run.len() - 1].1;
+    wire::encode_msgs(buf, sub, json, first.seq, next, run.iter().map(|(m, _)| &m.data[..]));
+    run.clear();
+}
+
 fn encode_event(buf: &mut Vec<u8>, sub: u64, ev: Event, next: u64, branch: &mut Option<(Arc<[Key]>, Vec<u8>)>) {
     match ev {
         Event::Message(m) => {

@@ -23,6 +23,8 @@ pub(super) struct ServedConnection {
     pub(super) id: u64,
     pub(super) address: String,
     pub(super) session: Option<String>,
+    /// The protocol version the client said at hello.
+    pub(super) version: u32,
     pub(super) role: Option<Role>,
     pub(super) tokens: Option<Arc<Tokens>>,
     pub(super) subs: HashMap<u64, Arc<Forwarder>>,
@@ -124,6 +126,7 @@ impl ServedConnection {
             Some(t) => t.check(r.token.as_deref())?,
         });
         self.session = Some(need(r.session, op, "session")?);
+        self.version = v;
         let client = r.client.unwrap_or_default();
         self.server.conns.lock().insert(
             self.id,
@@ -310,7 +313,7 @@ impl ServedConnection {
         }
         let at: Resume = sub.resume_point();
         answer_ok(&self.out, id, &SubscribeOk { epoch, log: at.log, next: at.next });
-        self.subs.insert(sub_id, Forwarder::start(sub, sub_id, self.out.clone()));
+        self.subs.insert(sub_id, Forwarder::start(sub, sub_id, self.out.clone(), self.version >= 4));
         Ok(())
     }
 
