@@ -257,7 +257,6 @@ struct Inner {
     backend: Box<dyn Backend>,
 }
 
-
 impl Store {
     /// Opens (creating it if needed) the store directory `dir`: owns it if
     /// no live process does, else connects to its owner (STORE-01).
