@@ -572,8 +572,9 @@ impl Store {
     /// Publishes a burst of JSON values to one branch, in their order, and
     /// resolves once the store has every one (the bindings' boundary for a
     /// language without futures of its own, Go's `PublishMany`): they leave
-    /// together, as [`Store::publish_raw`] calls made one after another in
-    /// [`runtime::block_on`] do. Every message is checked before any leaves:
+    /// together (connected, in requests of up to 1,024 messages and 1 MiB,
+    /// each answered once) and arrive in order, as [`Store::publish_raw`]
+    /// calls made one after another do. Every message is checked before any leaves:
     /// `invalid` or `limit` (as for `publish_raw`), naming the message by
     /// its index from 0, and then nothing is published. After they left,
     /// the call resolves once every message has its outcome (nothing of the
