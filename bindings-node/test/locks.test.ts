@@ -118,11 +118,18 @@ for (const mode of LOCK_MODES) {
         await first.promise
       })
       await holding.promise
-      const waiters = [1, 2, 3, 4].map(async (i) => {
-        await sleep(i * 10)
-        return lock.hold('k', () => void order.push(i))
-      })
-      await sleep(60)
+      const waiters: Promise<void>[] = []
+      for (const i of [1, 2, 3, 4]) {
+        waiters.push(lock.hold('k', () => void order.push(i)))
+        // The next asks once this one is in line: on a cluster the line is
+        // etcd's commit order, which a fixed pause does not fix on a slow host.
+        const deadline = Date.now() + 5000
+        const inLine = async () => (await s.status()).locks.find((k) => k.lock === 'fifo' && k.key === 'k')?.waiters ?? 0
+        while ((await inLine()) < i) {
+          if (Date.now() > deadline) throw new Error(`waiter ${i} was not in line within 5 s`)
+          await sleep(5)
+        }
+      }
       first.open()
       await Promise.all([h, ...waiters])
       assert.deepEqual(order, [1, 2, 3, 4])
