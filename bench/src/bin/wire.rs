@@ -96,12 +96,9 @@ fn pipelined_messages() -> u64 {
     std::env::var("WIRE_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(200_000)
 }
 
-/// 64 publishes in flight from `store`, read by a subscription of
-/// `subscriber` (its own connection, as Redis's and NATS's subscribers have,
-/// or the publisher's store: one connection for both).
-fn ours_pipelined(store: &Store, subscriber: &Store) -> f64 {
-    let sub = runtime::block_on(subscriber.subscribe_raw("bench", &[Key::from(2)], Scope::Branch, None)).unwrap();
-    let n = pipelined_messages();
+/// A thread reading `sub` until `n` messages were delivered or missed:
+/// the count delivered, and the thread.
+fn count_deliveries(sub: tinystore::channels::RawSubscription, n: u64) -> (Arc<AtomicU64>, std::thread::JoinHandle<()>) {
     let got = Arc::new(AtomicU64::new(0));
     let g = got.clone();
     let reader = std::thread::spawn(move || {
@@ -120,6 +117,16 @@ fn ours_pipelined(store: &Store, subscriber: &Store) -> f64 {
             }
         })
     });
+    (got, reader)
+}
+
+/// 64 publishes in flight from `store`, read by a subscription of
+/// `subscriber` (its own connection, as Redis's and NATS's subscribers have,
+/// or the publisher's store: one connection for both).
+fn ours_pipelined(store: &Store, subscriber: &Store) -> f64 {
+    let sub = runtime::block_on(subscriber.subscribe_raw("bench", &[Key::from(2)], Scope::Branch, None)).unwrap();
+    let n = pipelined_messages();
+    let (got, reader) = count_deliveries(sub, n);
     let branch = [Key::from(2)];
     let t = Instant::now();
     runtime::block_on(async {
@@ -147,24 +154,7 @@ fn ours_bursts(store: &Store, subscriber: &Store) -> f64 {
     let sub = runtime::block_on(subscriber.subscribe_raw("bench", &[Key::from(3)], Scope::Branch, None)).unwrap();
     let size: u64 = std::env::var("WIRE_BURST").ok().and_then(|v| v.parse().ok()).unwrap_or(32);
     let n = pipelined_messages() / size * size;
-    let got = Arc::new(AtomicU64::new(0));
-    let g = got.clone();
-    let reader = std::thread::spawn(move || {
-        runtime::block_on(async {
-            let mut seen = 0u64;
-            while seen < n {
-                for ev in sub.next_batch(4096).await {
-                    seen += match ev {
-                        Event::Message(_) => 1,
-                        Event::Missed(m) => m.count.unwrap_or(0),
-                    };
-                    if let Event::Message(_) = ev {
-                        g.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-        })
-    });
+    let (got, reader) = count_deliveries(sub, n);
     let branch = [Key::from(3)];
     let t = Instant::now();
     runtime::block_on(async {

@@ -281,14 +281,12 @@ const MSGS_PREFIX: &[u8] = b"{\"ev\":\"msgs\",\"sub\":";
 const ANSWER_PREFIX: &[u8] = b"{\"id\":";
 const NULL_ANSWER_SUFFIX: &[u8] = b",\"ok\":null}";
 
-/// Appends a `msg` event's frame: the message's JSON copied as is, never
-/// reparsed; `branch` is its branch's keys as a JSON array
-/// ([`branch_json`]), written once for a run of messages of one branch.
-/// The shape [`fast_reply`] reads: change both together.
-pub(crate) fn encode_msg(buf: &mut Vec<u8>, sub: u64, branch: &[u8], seq: u64, next: u64, data: &[u8]) {
+/// Appends a frame's length (filled in by the caller) and the fields a
+/// `msg` and a `msgs` event share, up to `next`; gives where the frame starts.
+fn event_head(buf: &mut Vec<u8>, prefix: &[u8], sub: u64, branch: &[u8], seq: u64, next: u64) -> usize {
     let start = buf.len();
     buf.extend_from_slice(&[0; 4]);
-    buf.extend_from_slice(MSG_PREFIX);
+    buf.extend_from_slice(prefix);
     push_u64(buf, sub);
     buf.extend_from_slice(b",\"branch\":");
     buf.extend_from_slice(branch);
@@ -296,6 +294,15 @@ pub(crate) fn encode_msg(buf: &mut Vec<u8>, sub: u64, branch: &[u8], seq: u64, n
     push_u64(buf, seq);
     buf.extend_from_slice(b",\"next\":");
     push_u64(buf, next);
+    start
+}
+
+/// Appends a `msg` event's frame: the message's JSON copied as is, never
+/// reparsed; `branch` is its branch's keys as a JSON array
+/// ([`branch_json`]), written once for a run of messages of one branch.
+/// The shape [`fast_reply`] reads: change both together.
+pub(crate) fn encode_msg(buf: &mut Vec<u8>, sub: u64, branch: &[u8], seq: u64, next: u64, data: &[u8]) {
+    let start = event_head(buf, MSG_PREFIX, sub, branch, seq, next);
     buf.extend_from_slice(b",\"data\":");
     buf.extend_from_slice(data);
     buf.push(b'}');
@@ -308,16 +315,7 @@ pub(crate) fn encode_msg(buf: &mut Vec<u8>, sub: u64, branch: &[u8], seq: u64, n
 /// is into `data`, its length in `lens` (a reader splits `data` without
 /// scanning it). The shape [`fast_reply`] reads: change both together.
 pub(crate) fn encode_msgs<'d>(buf: &mut Vec<u8>, sub: u64, branch: &[u8], seq: u64, next: u64, data: impl Iterator<Item = &'d [u8]> + Clone) {
-    let start = buf.len();
-    buf.extend_from_slice(&[0; 4]);
-    buf.extend_from_slice(MSGS_PREFIX);
-    push_u64(buf, sub);
-    buf.extend_from_slice(b",\"branch\":");
-    buf.extend_from_slice(branch);
-    buf.extend_from_slice(b",\"seq\":");
-    push_u64(buf, seq);
-    buf.extend_from_slice(b",\"next\":");
-    push_u64(buf, next);
+    let start = event_head(buf, MSGS_PREFIX, sub, branch, seq, next);
     buf.extend_from_slice(b",\"lens\":[");
     for (i, d) in data.clone().enumerate() {
         if i > 0 {
