@@ -194,7 +194,7 @@ fn row<O: Into<Round>, P: Into<Round>>(name: &str, ours: impl Fn() -> O, peer_na
     // `ENGINE_OURS_ONLY=1` skips the peer (a profile of ours alone).
     let ours_only = std::env::var_os("ENGINE_OURS_ONLY").is_some();
     let none = Round { rate: f64::NAN, missed: None };
-    let (mut best_ours, mut best_peer) = (none, none);
+    let (mut best_ours, mut best_peer): (Option<Round>, Option<Round>) = (None, None);
     for _ in 0..ROUNDS {
         let p = if ours_only { none } else { peer().into() };
         let o: Round = ours().into();
@@ -202,13 +202,10 @@ fn row<O: Into<Round>, P: Into<Round>>(name: &str, ours: impl Fn() -> O, peer_na
         if std::env::var_os("ENGINE_ROUNDS").is_some() {
             eprintln!("  {name}: ours {:.0} /s (missed {}), peer {:.0} /s (missed {})", o.rate, share(o.missed), p.rate, share(p.missed));
         }
-        if !(best_peer.rate >= p.rate) {
-            best_peer = p;
-        }
-        if !(best_ours.rate >= o.rate) {
-            best_ours = o;
-        }
+        best_peer = Some(best_peer.filter(|b| b.rate >= p.rate).unwrap_or(p));
+        best_ours = Some(best_ours.filter(|b| b.rate >= o.rate).unwrap_or(o));
     }
+    let (best_ours, best_peer) = (best_ours.unwrap_or(none), best_peer.unwrap_or(none));
     println!(
         "| {name} | {:>12.0} /s | {} | {peer_name} | {:>12.0} /s | {} | {:>6.3} |",
         best_ours.rate,
