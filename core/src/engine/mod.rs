@@ -145,6 +145,11 @@ impl Engine {
         self.locks.table(name, kind)
     }
 
+    /// See [`Locks::leases_over_connections`].
+    pub(crate) fn leases_over_connections(&self) -> bool {
+        self.locks.leases_over_connections()
+    }
+
     /// See [`Locks::start_graces`].
     pub(crate) fn start_lock_graces(&self, remote: Vec<(String, Duration)>) {
         self.locks.start_graces(remote)

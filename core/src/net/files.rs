@@ -206,7 +206,7 @@ pub(crate) fn record_remote_lock_ttl(dir: &Path, lock: &str, ttl: Duration) -> R
     Ok(())
 }
 
-/// A clean close told every holder its lease was lost: nothing to wait out.
+/// A clean close with no lease held over a connection: nothing to wait out.
 pub(crate) fn forget_remote_lock_ttls(dir: &Path) -> Result<()> {
     let db = kv(dir)?;
     db.execute("drop table if exists lock_ttls", [])?;

@@ -122,11 +122,17 @@ impl Backend for Owned {
     }
 
     fn close(&self, dir: &Path) {
+        // Leases held over connections outlive a clean close as they outlive
+        // a death: their holders re-present them to the next owner, whose
+        // grace needs the longest ttls (STORE-01). Nothing else is waited for.
+        let leases_kept = self.engine.leases_over_connections();
         for s in self.servers.lock().drain(..) {
             s.stop();
         }
         self.engine.close();
-        let _ = crate::net::files::forget_remote_lock_ttls(dir);
+        if !leases_kept {
+            let _ = crate::net::files::forget_remote_lock_ttls(dir);
+        }
         let _ = std::fs::remove_file(socket_path(dir));
         self.dir_lock.lock().take();
     }

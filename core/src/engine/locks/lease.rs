@@ -178,6 +178,11 @@ impl LeaseShared {
     pub(crate) fn fence(&self) -> Option<Fence> {
         self.fence
     }
+    /// Held over a connection (it has a ttl to renew within), so its holder
+    /// re-presents it to the store's next owner (STORE-01).
+    pub(super) fn over_connection(&self) -> bool {
+        self.terms.ttl.is_some()
+    }
     /// The key held.
     pub(crate) fn key(&self) -> &Key {
         &self.key

@@ -256,6 +256,14 @@ impl Locks {
         }
     }
 
+    /// Whether a lease held over a connection is held now: its holder will
+    /// re-present it to the next owner, so a clean close keeps the record
+    /// of the longest ttls for that owner's grace (STORE-01).
+    pub(crate) fn leases_over_connections(&self) -> bool {
+        let tables: Vec<Arc<Table>> = self.tables.lock().values().cloned().collect();
+        tables.iter().any(|t| t.holds_over_connections())
+    }
+
     /// A new owner's start (STORE-01): each lock that gave leases over a
     /// connection, with the longest ttl given, grants only re-presented
     /// leases of its keys until that ttl (and a little) has passed, since
@@ -594,8 +602,19 @@ impl Table {
         let refused = |why: &str| {
             Error::lost(format!("the store's owner changed and key {key} of {:?} could not be kept: {why}; take the key again", &*self.name))
         };
+        if let Some(f) = fence
+            && f.epoch() >= self.fences.epoch
+        {
+            // Taken back, it would stand above every fence given from now on.
+            return Err(Error::invalid(format!(
+                "fence {f} of key {key} of {:?} was not given by a previous owner of this store: its epoch {} is not below this owner's {}; a lease is taken back with the fence it was given",
+                &*self.name,
+                f.epoch(),
+                self.fences.epoch
+            )));
+        }
         if !self.in_grace() {
-            return Err(refused("the new owner takes leases back only for the longest ttl the previous one granted, and that time is over, or there was none (the previous owner closed cleanly, ending its leases)"));
+            return Err(refused("the new owner takes leases back only for the longest ttl the previous one granted, and that time is over, or there was none"));
         }
         let mut keys = self.keys.lock();
         let ks = keys.entry(key.clone()).or_default();
@@ -609,6 +628,10 @@ impl Table {
             shared.start_timer();
         }
         Ok(LocalLease::new(shared))
+    }
+
+    fn holds_over_connections(&self) -> bool {
+        self.keys.lock().values().any(|ks| ks.holders.iter().any(|l| l.over_connection()))
     }
 
     fn close(&self) {
@@ -687,6 +710,25 @@ mod tests {
         let told = rx.recv_timeout(Duration::from_secs(5)).expect("the waiter was told");
         assert_eq!(told.map_err(|e| e.kind()), Err(ErrorKind::Timeout), "granted after its wait");
         assert!(t.try_acquire(key, Holder(3), Terms::default()).expect("open").is_some(), "the key is free");
+    }
+
+    /// A lease taken back must carry a fence a previous owner gave (a lower
+    /// epoch): one from this owner's epoch or later would stand above the
+    /// fences it gives from now on, and refuse their writers for good.
+    #[test]
+    fn store_01_lock_02_a_lease_taken_back_with_a_fence_no_previous_owner_gave_is_refused() {
+        let locks = Locks::new(10);
+        locks.start_graces(vec![("l".into(), Duration::from_secs(30))]);
+        let t = locks.table("l", Kind::Lock).expect("a lock");
+        let terms = Terms { ttl: Some(Duration::from_secs(5)), max_hold: None };
+        for forged in [Fence::new(10, 1), Fence::new(u64::MAX, 1), Fence::new(1 << 62, 0)] {
+            let e = t.adopt(&Key::from("a"), Holder(1), Some(forged), terms).map(drop).expect_err("a forged fence is refused");
+            assert_eq!(e.kind(), ErrorKind::Invalid, "{e}");
+            assert!(e.message().contains(&forged.to_string()) && e.message().contains("epoch"), "{e}");
+        }
+        let kept = t.adopt(&Key::from("a"), Holder(1), Some(Fence::new(9, u64::MAX)), terms).expect("a previous owner's fence is taken back");
+        assert_eq!(kept.fence(), Some(Fence::new(9, u64::MAX)));
+        assert!(locks.fences.next() > Fence::new(9, u64::MAX));
     }
 
     #[test]
