@@ -234,6 +234,26 @@ fn store_01_lock_05_a_dead_holders_key_is_given_after_its_ttl_and_other_locks_at
 /// engine) and B, who opens the store too, gets K only after A let go.
 #[test]
 fn store_01_lock_05_a_holder_that_takes_the_store_over_keeps_its_lease() {
+    a_holder_keeps_its_lease_when_the_owner_goes("killed", |server, _| server.kill_9());
+}
+
+/// STORE-01, LOCK-05 when the owner closes cleanly (`tinystore stop`, as
+/// a deploy stops a process): a lease held over a connection is kept as
+/// after the owner's death. A, connected, holds K; the owner closes; A
+/// takes the store over and keeps its lease, B does not get K while A
+/// holds it, and gets it once A let go, with a larger fence.
+#[test]
+fn store_01_lock_05_a_lease_held_over_a_connection_outlives_the_owners_clean_close() {
+    a_holder_keeps_its_lease_when_the_owner_goes("closed cleanly", |_server, dir| {
+        let stopped = Command::new(env!("CARGO_BIN_EXE_tinystore")).arg("stop").arg(dir).stderr(Stdio::null()).status().unwrap();
+        assert!(stopped.success(), "tinystore stop: {stopped}");
+    });
+}
+
+/// A, connected to `tinystore serve`, holds K with a ttl of 1 s; `end`
+/// makes the owner go (`how`); A takes the store over, keeps K past its
+/// ttl and its fence, and B gets K after A let go, with a larger fence.
+fn a_holder_keeps_its_lease_when_the_owner_goes(how: &str, end: impl FnOnce(Server, &Path)) {
     let d = common::dir();
     let server = Server::start(d.path());
     let a = Store::open(d.path()).unwrap();
@@ -249,59 +269,21 @@ fn store_01_lock_05_a_holder_that_takes_the_store_over_keeps_its_lease() {
         })
     });
     let fence_a = held_rx.recv_timeout(Duration::from_secs(5)).unwrap();
-    server.kill_9();
+    end(server, d.path());
     // A takes over (its client finds nobody); B then connects to A's engine.
-    assert!(common::eventually(5000, || std::fs::read_to_string(d.path().join("owner.lock")).is_ok_and(|p| p.trim() == std::process::id().to_string())), "A took the store over");
+    assert!(
+        common::eventually(5000, || std::fs::read_to_string(d.path().join("owner.lock")).is_ok_and(|p| p.trim() == std::process::id().to_string())),
+        "A took the store over after the owner {how}"
+    );
     let b = Store::open(d.path()).unwrap();
     let b_lock = b.lock("l").wait(Duration::from_secs(10)).open().unwrap();
-    assert!(b_lock.try_hold("K", |_| -> tinystore::Result<()> { Ok(()) }).unwrap().is_none(), "K is A's");
+    assert!(b_lock.try_hold("K", |_| -> tinystore::Result<()> { Ok(()) }).unwrap().is_none(), "K is A's after the owner {how}");
     std::thread::sleep(Duration::from_millis(1500)); // past A's ttl and the grace
     assert!(b_lock.try_hold("K", |_| -> tinystore::Result<()> { Ok(()) }).unwrap().is_none(), "K is still A's after the grace");
     go_tx.send(()).unwrap();
     let (fence, lost) = holder.join().unwrap().expect("A's hold ended without a lost lease");
     assert_eq!(fence, fence_a);
-    assert!(!lost);
-    let fence_b = b_lock.hold("K", |l| -> tinystore::Result<tinystore::Fence> { Ok(l.fence()) }).unwrap();
-    assert!(fence_b > fence_a && fence_b.epoch() > fence_a.epoch());
-}
-
-/// STORE-01, LOCK-05 when the owner closes cleanly (`tinystore stop`, as
-/// a deploy stops a process): a lease held over a connection is kept as
-/// after the owner's death. A, connected, holds K; the owner closes; A
-/// takes the store over and keeps its lease, B does not get K while A
-/// holds it, and gets it once A let go, with a larger fence.
-#[test]
-fn store_01_lock_05_a_lease_held_over_a_connection_outlives_the_owners_clean_close() {
-    let d = common::dir();
-    let _server = Server::start(d.path());
-    let a = Store::open(d.path()).unwrap();
-    assert!(!a.is_owner());
-    let a_lock = a.lock("l").ttl(Duration::from_secs(1)).open().unwrap();
-    let (held_tx, held_rx) = std::sync::mpsc::channel();
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-    let holder = std::thread::spawn(move || {
-        a_lock.hold("K", |lease| -> tinystore::Result<(tinystore::Fence, bool)> {
-            held_tx.send(lease.fence()).unwrap();
-            go_rx.recv().unwrap();
-            Ok((lease.fence(), lease.is_lost()))
-        })
-    });
-    let fence_a = held_rx.recv_timeout(Duration::from_secs(5)).unwrap();
-    let stopped = Command::new(env!("CARGO_BIN_EXE_tinystore")).arg("stop").arg(d.path()).stderr(Stdio::null()).status().unwrap();
-    assert!(stopped.success(), "tinystore stop: {stopped}");
-    assert!(
-        common::eventually(5000, || std::fs::read_to_string(d.path().join("owner.lock")).is_ok_and(|p| p.trim() == std::process::id().to_string())),
-        "A took the store over"
-    );
-    let b = Store::open(d.path()).unwrap();
-    let b_lock = b.lock("l").wait(Duration::from_secs(10)).open().unwrap();
-    assert!(b_lock.try_hold("K", |_| -> tinystore::Result<()> { Ok(()) }).unwrap().is_none(), "K is A's after the clean close");
-    std::thread::sleep(Duration::from_millis(1500)); // past A's ttl
-    assert!(b_lock.try_hold("K", |_| -> tinystore::Result<()> { Ok(()) }).unwrap().is_none(), "K is still A's");
-    go_tx.send(()).unwrap();
-    let (fence, lost) = holder.join().unwrap().expect("A's hold ended without a lost lease");
-    assert_eq!(fence, fence_a);
-    assert!(!lost, "A was told lost");
+    assert!(!lost, "A was told lost after the owner {how}");
     let fence_b = b_lock.hold("K", |l| -> tinystore::Result<tinystore::Fence> { Ok(l.fence()) }).unwrap();
     assert!(fence_b > fence_a && fence_b.epoch() > fence_a.epoch());
 }
